@@ -1,0 +1,44 @@
+# jaxgru: `make demo` and `make test` each create .venv if missing and install what they need.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.jaxgru-installed
+# torch is a test/benchmark oracle only; this exact CPU build is what the machines carry.
+TORCH  ?= torch==2.13.0
+export XDG_RUNTIME_DIR ?= /tmp
+PYTEST_WORKERS ?= 2
+
+.PHONY: all test demo lint bench bench-quick docs fuzz vulkan env clean
+
+all: test
+
+env: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet -e ".[test,bench,docs]"
+	@touch $@
+
+# The lavapipe Vulkan driver (software WebGPU adapter) where apt is available.
+vulkan:
+	@sh .ci/install-vulkan.sh
+
+lint: $(STAMP)
+	$(PY) -m ruff check jaxgru tests benchmarks
+
+test: $(STAMP) vulkan lint
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=15
+
+demo: $(STAMP) vulkan
+	$(PY) -m jaxgru demo
+
+bench: $(STAMP) vulkan
+	$(PY) -m jaxgru bench --full
+
+bench-quick: $(STAMP) vulkan
+	$(PY) -m jaxgru bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis site build dist

@@ -1,0 +1,315 @@
+"""PyTorch ``nn.GRU`` / ``nn.LSTM`` / ``nn.GRUCell`` / ``nn.LSTMCell`` <-> jaxgru parameters.
+
+PyTorch's formulas (per layer and direction), in its own names:
+
+    GRU   r = σ(W_ir x + b_ir + W_hr h + b_hr)        z = σ(W_iz x + b_iz + W_hz h + b_hz)
+          n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn))   h' = (1 − z) ⊙ n + z ⊙ h
+    LSTM  i, f, o = σ(W_i* x + b_i* + W_h* h + b_h*)    g = tanh(W_ig x + b_ig + W_hg h + b_hg)
+          c' = f ⊙ c + i ⊙ g                            h' = o ⊙ tanh(c')
+
+That is the ONNX GRU with ``linear_before_reset=1`` (rows r, z, n -> z, r, h) and the ONNX LSTM
+without peepholes (rows i, f, g, o -> i, o, f, c); ``B = [b_ih, b_hh]``, both reordered.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from jaxgru._src.params import GRUParams, LSTMParams
+from jaxgru.interop import _common as C
+from jaxgru.interop import _layout
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+_ORDER = {"gru": _layout.TORCH_GRU, "lstm": _layout.TORCH_LSTM}
+_PARAMS = {"gru": GRUParams, "lstm": LSTMParams}
+
+
+def _torch_to_numpy(t: torch.Tensor) -> np.ndarray:
+    import ml_dtypes
+    import torch
+
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:  # numpy has no bfloat16; the float32 detour is exact
+        return t.float().numpy().astype(ml_dtypes.bfloat16)
+    return t.numpy().copy()
+
+
+def _numpy_to_torch(a: np.ndarray) -> torch.Tensor:
+    import ml_dtypes
+    import torch
+
+    a = np.asarray(a)
+    if a.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _kind(module: Any) -> tuple[str, bool] | None:
+    """("gru" | "lstm", is_cell) for a supported module, else None."""
+    import torch.nn as nn
+
+    for cls, kind in ((nn.GRU, ("gru", False)), (nn.LSTM, ("lstm", False)),
+                      (nn.GRUCell, ("gru", True)), (nn.LSTMCell, ("lstm", True))):
+        if isinstance(module, cls):
+            return kind
+    return None
+
+
+def _suffixes(num_layers: int, d: int, is_cell: bool) -> list[list[str]]:
+    """Parameter-name suffixes, per layer then direction (``_l0``, ``_l0_reverse``, ...)."""
+    if is_cell:
+        return [[""]]
+    return [[f"_l{k}" + ("_reverse" if j else "") for j in range(d)] for k in range(num_layers)]
+
+
+def from_torch(module: torch.nn.Module) -> tuple[list[GRUParams] | list[LSTMParams], dict[str, Any]]:
+    """Convert a PyTorch GRU/LSTM module (or cell) to jaxgru parameters and options.
+
+    Supports ``nn.GRU``, ``nn.LSTM`` (any ``num_layers``, ``bidirectional``, ``batch_first``,
+    ``bias``), ``nn.GRUCell`` and ``nn.LSTMCell``. The result reproduces the module in
+    inference mode: dropout between layers is not converted (it is the identity at inference).
+    With ``batch_first=True`` the options hold ``layout=1``; note that PyTorch's ``h_0``/``h_n``
+    stay ``[num_layers*D, N, H]`` even then, while jaxgru's layout-1 states are
+    ``[N, num_layers*D, H]`` (swap axes 0 and 1).
+
+    Args:
+      module: an ``nn.GRU``, ``nn.LSTM``, ``nn.GRUCell`` or ``nn.LSTMCell``.
+
+    Returns:
+      ``(layers, options)``: one ``GRUParams``/``LSTMParams`` per layer (weights as jax arrays
+      in the module's dtype, ``b=None`` when ``bias=False``), and keyword options for
+      ``jaxgru.gru_stack``/``lstm_stack`` (``direction``, ``layout``, and
+      ``linear_before_reset=True`` for GRU), or, for a cell, for ``gru_cell``/``lstm_cell``.
+
+    Raises:
+      TypeError: ``module`` is not one of the supported modules.
+      NotImplementedError: an LSTM with ``proj_size > 0``.
+
+    Example:
+      >>> import torch, jaxgru
+      >>> from jaxgru.interop import from_torch
+      >>> layers, options = from_torch(torch.nn.GRU(3, 5, num_layers=2, batch_first=True))
+      >>> y, h_n = jaxgru.gru_stack(layers, torch.randn(2, 7, 3).numpy(), **options)
+      >>> y.shape, h_n.shape
+      ((2, 7, 1, 5), (2, 2, 5))
+    """
+    fname = "jaxgru.interop.from_torch"
+    kind = _kind(module)
+    if kind is None:
+        raise TypeError(
+            f"{fname}: module must be a torch.nn.GRU, LSTM, GRUCell or LSTMCell; got "
+            f"{type(module).__name__}."
+        )
+    cell, is_cell = kind
+    if getattr(module, "proj_size", 0):
+        raise NotImplementedError(
+            f"{fname}: LSTM with proj_size={module.proj_size} has no ONNX/jaxgru equivalent "
+            "(the hidden state is projected to proj_size); expected proj_size=0."
+        )
+    d = 1 if is_cell or not module.bidirectional else 2
+    num_layers = 1 if is_cell else module.num_layers
+    order = _ORDER[cell]
+    layers = []
+    for sfx_dirs in _suffixes(num_layers, d, is_cell):
+        w, r, b = [], [], []
+        for sfx in sfx_dirs:
+            get = lambda name, sfx=sfx: _torch_to_numpy(getattr(module, name + sfx))
+            w.append(_layout.to_onnx(get("weight_ih"), order))
+            r.append(_layout.to_onnx(get("weight_hh"), order))
+            if module.bias:
+                b.append(np.concatenate([_layout.to_onnx(get("bias_ih"), order),
+                                         _layout.to_onnx(get("bias_hh"), order)]))
+        layers.append(_PARAMS[cell](
+            C.as_jax(np.stack(w)), C.as_jax(np.stack(r)), C.as_jax(np.stack(b)) if b else None
+        ))
+    if is_cell:
+        options: dict[str, Any] = {}
+    else:
+        options = {
+            "direction": "bidirectional" if d == 2 else "forward",
+            "layout": 1 if module.batch_first else 0,
+        }
+    if cell == "gru":
+        options["linear_before_reset"] = True
+    return layers, options
+
+
+_TORCH_OPTIONS = {
+    "gru": ("direction", "layout", "linear_before_reset", "activations", "activation_alpha",
+            "activation_beta", "clip", "backend"),
+    "lstm": ("direction", "layout", "input_forget", "activations", "activation_alpha",
+             "activation_beta", "clip", "backend"),
+}
+
+
+def _check_options(fname: str, cell: str, options: dict) -> tuple[str, int]:
+    """(direction, layout) after refusing what PyTorch cannot express."""
+    if not isinstance(options, dict):
+        raise TypeError(f"{fname}: options must be a dict; got {type(options).__name__}.")
+    for k in options:
+        if k not in _TORCH_OPTIONS[cell]:
+            raise ValueError(
+                f"{fname}: option {k!r} has no PyTorch nn.{cell.upper()} equivalent; expected only "
+                f"{', '.join(_TORCH_OPTIONS[cell])}."
+            )
+    if cell == "gru" and options.get("linear_before_reset") is not True:
+        raise ValueError(
+            f"{fname}: PyTorch's GRU applies the reset gate after the recurrent matmul, so "
+            f"linear_before_reset must be True; got {options.get('linear_before_reset', False)!r}."
+        )
+    if cell == "lstm" and options.get("input_forget", False):
+        raise ValueError(f"{fname}: PyTorch's LSTM has no coupled input/forget gate; expected "
+                         f"input_forget=False, got {options['input_forget']!r}.")
+    if not C.has_default_activations(cell, options):
+        raise ValueError(
+            f"{fname}: PyTorch uses the default activations only "
+            f"({', '.join(C.DEFAULT_ACTIVATIONS[cell])}); got activations="
+            f"{options.get('activations')!r}, activation_alpha={options.get('activation_alpha')!r}, "
+            f"activation_beta={options.get('activation_beta')!r}."
+        )
+    if options.get("clip") is not None:
+        raise ValueError(f"{fname}: PyTorch has no cell clip; expected clip=None, got "
+                         f"{options['clip']!r}.")
+    direction = options.get("direction", "forward")
+    C.check_choice(fname, "options['direction']", direction, ("forward", "bidirectional"))
+    layout = options.get("layout", 0)
+    if layout not in (0, 1) or isinstance(layout, bool):
+        raise ValueError(f"{fname}: options['layout'] must be 0 or 1; got {layout!r}.")
+    return direction, int(layout)
+
+
+def _layers_kind(fname: str, layers) -> str:
+    """"gru" or "lstm" for a non-empty list of one parameter kind."""
+    if isinstance(layers, (GRUParams, LSTMParams)) or not isinstance(layers, (list, tuple)) or not layers:
+        raise TypeError(f"{fname}: layers must be a non-empty list of GRUParams or LSTMParams; got "
+                        f"{type(layers).__name__}.")
+    cls = type(layers[0])
+    if cls not in (GRUParams, LSTMParams) or any(type(p) is not cls for p in layers):
+        raise TypeError(f"{fname}: layers must all be GRUParams or all LSTMParams; got "
+                        f"{[type(p).__name__ for p in layers]}.")
+    return "gru" if cls is GRUParams else "lstm"
+
+
+def _check_layers(fname: str, layers, cell: str, d: int):
+    """(hidden, input_size, numpy layers) after checking shapes across layers."""
+    g = 3 if cell == "gru" else 4
+    out = []
+    hidden = C.to_numpy(fname, "layers[0].r", layers[0].r).shape[-1]
+    for k, p in enumerate(layers):
+        w = C.to_numpy(fname, f"layers[{k}].w", p.w)
+        r = C.to_numpy(fname, f"layers[{k}].r", p.r)
+        C.check_rank(fname, f"layers[{k}].w", w, 3, "(num_directions, gates*hidden, input_size)")
+        i = w.shape[-1]
+        if k == 0:
+            input_size = i
+        elif i != d * hidden:
+            raise ValueError(f"{fname}: layers[{k}].w must read the previous layer's outputs, input "
+                             f"size num_directions*hidden={d * hidden}; got {i}.")
+        C.check_shape(fname, f"layers[{k}].w", w, (d, g * hidden, i),
+                      "(num_directions, gates*hidden, input_size)")
+        C.check_shape(fname, f"layers[{k}].r", r, (d, g * hidden, hidden),
+                      "(num_directions, gates*hidden, hidden)")
+        b = None if p.b is None else C.to_numpy(fname, f"layers[{k}].b", p.b)
+        if b is not None:
+            C.check_shape(fname, f"layers[{k}].b", b, (d, 2 * g * hidden),
+                          "(num_directions, 2*gates*hidden)")
+        if cell == "lstm" and not C.is_zero(p.p):
+            raise ValueError(f"{fname}: layers[{k}].p holds peephole weights, which PyTorch's LSTM "
+                             "does not have; expected p=None (or zeros).")
+        out.append((w, r, b))
+    return hidden, input_size, out
+
+
+def _check_module(fname: str, module, is_cell: bool, want: dict) -> None:
+    got = {"hidden_size": module.hidden_size, "input_size": module.input_size}
+    if not is_cell:
+        got.update(num_layers=module.num_layers, bidirectional=bool(module.bidirectional),
+                   batch_first=bool(module.batch_first))
+    for k, v in got.items():
+        if k in want and want[k] != v:
+            raise ValueError(f"{fname}: module.{k} must be {want[k]!r} to hold these weights; got "
+                             f"{v!r}.")
+    if getattr(module, "proj_size", 0):
+        raise ValueError(f"{fname}: module.proj_size must be 0; got {module.proj_size}.")
+
+
+def to_torch(
+    layers: list[GRUParams] | list[LSTMParams],
+    options: dict[str, Any],
+    module: torch.nn.Module | None = None,
+) -> torch.nn.Module:
+    """Write jaxgru parameters into a PyTorch module (a new one, or ``module``).
+
+    The inverse of ``from_torch``: ``from_torch(to_torch(layers, options))`` gives back the
+    same arrays, and ``to_torch(*from_torch(m))`` has ``m``'s state dict, exactly.
+
+    Args:
+      layers: one ``GRUParams`` or ``LSTMParams`` per layer (all of one kind).
+      options: the keyword options these layers run with (as ``from_torch`` returns them).
+      module: an ``nn.GRU``/``nn.LSTM`` (or, for one forward layer, ``nn.GRUCell``/
+        ``nn.LSTMCell``) whose configuration matches; its parameters are overwritten in place
+        (cast to its dtype; absent biases written as zeros). If None, a new ``nn.GRU``/``nn.LSTM``
+        is created with matching ``input_size``, ``hidden_size``, ``num_layers``,
+        ``bidirectional``, ``batch_first``, ``bias`` (False when every ``b`` is None) and dtype.
+
+    Returns:
+      The module holding the weights.
+
+    Raises:
+      TypeError: ``layers`` is not a list of one parameter kind, or ``module`` is not a
+        supported module of that kind.
+      ValueError: options PyTorch cannot express (a GRU without ``linear_before_reset=True``,
+        non-default activations, ``clip``, ``direction="reverse"``, LSTM peepholes,
+        ``input_forget``), shapes that do not chain, or a ``module`` whose configuration
+        differs (named in the message).
+    """
+    import torch
+
+    fname = "jaxgru.interop.to_torch"
+    cell = _layers_kind(fname, layers)
+    direction, layout = _check_options(fname, cell, options)
+    d = C.num_directions(direction)
+    hidden, input_size, arrays = _check_layers(fname, layers, cell, d)
+    has_bias = any(b is not None for _, _, b in arrays)
+    if module is None:
+        cls = torch.nn.GRU if cell == "gru" else torch.nn.LSTM
+        dtype = _numpy_to_torch(np.zeros(0, arrays[0][0].dtype)).dtype
+        module = cls(input_size, hidden, num_layers=len(arrays), bias=has_bias,
+                     batch_first=layout == 1, bidirectional=d == 2, dtype=dtype)
+        is_cell = False
+    else:
+        kind = _kind(module)
+        if kind is None or kind[0] != cell:
+            raise TypeError(f"{fname}: module must be a torch.nn.{cell.upper()} or "
+                            f"{cell.upper()}Cell for {cell.upper()} layers; got "
+                            f"{type(module).__name__}.")
+        is_cell = kind[1]
+        if is_cell and (len(arrays) != 1 or d != 1):
+            raise ValueError(f"{fname}: a {type(module).__name__} holds one forward layer; got "
+                             f"{len(arrays)} layer(s), direction={direction!r}.")
+        _check_module(fname, module, is_cell, dict(
+            hidden_size=hidden, input_size=input_size, num_layers=len(arrays),
+            bidirectional=d == 2, batch_first=layout == 1,
+        ))
+        if not module.bias:
+            for k, (_, _, b) in enumerate(arrays):
+                if not C.is_zero(b):
+                    raise ValueError(f"{fname}: module has bias=False but layers[{k}].b is nonzero; "
+                                     "expected a module with bias=True.")
+    order = _ORDER[cell]
+    with torch.no_grad():
+        for (w, r, b), sfx_dirs in zip(arrays, _suffixes(len(arrays), d, is_cell), strict=True):
+            for j, sfx in enumerate(sfx_dirs):
+                put = lambda name, a, sfx=sfx: getattr(module, name + sfx).copy_(_numpy_to_torch(a))
+                put("weight_ih", _layout.from_onnx(w[j], order))
+                put("weight_hh", _layout.from_onnx(r[j], order))
+                if module.bias:
+                    bj = np.zeros((2 * w.shape[1],), w.dtype) if b is None else b[j]
+                    wb, rb = _layout.split_onnx_bias(bj)
+                    put("bias_ih", _layout.from_onnx(wb, order))
+                    put("bias_hh", _layout.from_onnx(rb, order))
+    return module

@@ -1,0 +1,43 @@
+"""Test configuration: 4 CPU devices (sharding tests), strict numerics, bounded compile caches."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences Mesa (lavapipe) warnings
+os.environ.setdefault("KERAS_BACKEND", "jax")
+# Tests compile hundreds of small programs: LLVM's optimisation passes would double the
+# suite's time and change no semantics. Benchmarks and users keep XLA's defaults.
+os.environ.setdefault(
+    "XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+)
+
+import jax
+import pytest
+
+jax.config.update("jax_num_cpu_devices", 4)
+# Catch sloppy promotion inside the library: users may run with these settings.
+jax.config.update("jax_numpy_rank_promotion", "raise")
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True)
+settings.register_profile("dev", max_examples=10, deadline=None)
+settings.register_profile("fuzz", max_examples=2000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _bounded_compile_cache():
+    """XLA:CPU maps code pages per executable; thousands in one process exhaust vm.max_map_count."""
+    yield
+    jax.clear_caches()
+
+
+@pytest.fixture
+def jax_x64():
+    """Enable float64 for one test."""
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", False)
