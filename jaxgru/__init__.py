@@ -10,6 +10,7 @@ from jaxgru._src.params import GRUParams as GRUParams
 from jaxgru._src.params import LSTMParams as LSTMParams
 from jaxgru._src.params import init_gru as init_gru
 from jaxgru._src.params import init_lstm as init_lstm
+from jaxgru._src.sharding import sharded as sharded
 
 __version__ = "0.1.0"
 
@@ -24,4 +25,5 @@ __all__ = [
     "lstm",
     "lstm_cell",
     "lstm_stack",
+    "sharded",
 ]

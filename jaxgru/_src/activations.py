@@ -64,13 +64,18 @@ _BY_NAME = {k.name.lower(): k for k in _KINDS}
 NAMES: tuple[str, ...] = tuple(k.name for k in _KINDS)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class Activation:
     """A resolved activation: canonical ONNX name and the alpha/beta it applies."""
 
     name: str
     alpha: float = 0.0
     beta: float = 0.0
+
+    def __repr__(self) -> str:
+        k = _BY_NAME[self.name.lower()]
+        args = [f"{v:g}" for v, takes in ((self.alpha, k.takes_alpha), (self.beta, k.takes_beta)) if takes]
+        return f"{self.name}({','.join(args)})" if args else self.name
 
     @property
     def kind_id(self) -> int:

@@ -16,7 +16,7 @@ DEFAULT_ACTIVATIONS = {"gru": ("Sigmoid", "Tanh"), "lstm": ("Sigmoid", "Tanh", "
 N_GATES = {"gru": 3, "lstm": 4}
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class RNNConfig:
     """Everything static about one GRU/LSTM layer call.
 
@@ -56,6 +56,16 @@ class RNNConfig:
     def reversed_dirs(self) -> tuple[bool, ...]:
         """For each direction slot, whether it runs backwards in time."""
         return {"forward": (False,), "reverse": (True,), "bidirectional": (False, True)}[self.direction]
+
+    def __repr__(self) -> str:  # short: it is printed in every jaxpr
+        acts = "|".join(",".join(map(repr, a)) for a in self.activations)
+        parts = [self.cell, self.direction, f"layout={self.layout}"]
+        if self.cell == "gru":
+            parts.append(f"lbr={int(self.linear_before_reset)}")
+        else:
+            parts += [f"input_forget={int(self.input_forget)}", f"peepholes={int(self.peepholes)}"]
+        parts += [f"acts={acts}", f"clip={self.clip}", f"ragged={int(self.ragged)}", self.backend]
+        return f"RNNConfig({', '.join(parts)})"
 
     def replace(self, **changes) -> RNNConfig:
         return dataclasses.replace(self, **changes)

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from functools import partial
 
 import jax
-import jax.numpy as jnp
 
 from jaxgru._src import reference, shapes
 from jaxgru._src.compat import Primitive, mlir, xla
@@ -52,10 +51,6 @@ def register_forward_lowering(backend: str, make_fn: Callable) -> None:
 
 def n_operands(cell: str) -> int:
     return len(shapes.OPERAND_NAMES[cell])
-
-
-def n_outputs(cell: str) -> int:
-    return 2 if cell == "gru" else 3
 
 
 # --------------------------------------------------------------------------------------
@@ -94,19 +89,40 @@ def _fname(cfg):
     return f"jaxgru.{cfg.cell}"
 
 
+# Axis of N (the batch) in x / y / a state / residuals, for layout 0 and 1.
+_N_AXIS = {"x": (1, 0), "y": (2, 0), "state": (1, 0), "res": (2, 2)}
+
+
+def _out(x, cfg, ensemble, kind, shape, dtype):
+    """An output aval from x's: same mesh (shard_map vma, explicit sharding) with x's batch
+    sharding moved onto the output's batch axis; every other axis unsharded."""
+    off = 1 if ensemble else 0
+    spec = tuple(x.sharding.spec) + (None,) * (len(x.shape) - len(x.sharding.spec))
+    x_n = _N_AXIS["x"][cfg.layout] + off
+    if any(s is not None for i, s in enumerate(spec) if i not in (x_n, 0 if ensemble else -1)):
+        raise ValueError(
+            f"{_fname(cfg)}: x may be sharded along its batch axis only; got sharding {x.sharding.spec}."
+        )
+    out = [None] * len(shape)
+    out[_N_AXIS[kind][cfg.layout] + off] = spec[x_n]
+    if ensemble:
+        out[0] = spec[0]
+    sharding = x.sharding.update(spec=jax.sharding.PartitionSpec(*out))
+    return x.update(shape=shape, dtype=dtype, weak_type=False, sharding=sharding)
+
+
 def _forward_abstract(*ops, cfg: RNNConfig, ensemble: int, residuals: bool):
     out_shapes = shapes.check_operands(cfg, _fname(cfg), ops, ensemble=ensemble)
     x = ops[0]
-    outs = [x.update(shape=s, dtype=x.dtype, weak_type=False) for s in out_shapes]
+    kinds = ("y", "state", "state")
+    outs = [_out(x, cfg, ensemble, k, s, x.dtype) for k, s in zip(kinds, out_shapes)]
     if residuals:
         y = out_shapes[0]
         lead = y[:1] if ensemble else ()
         y = y[1:] if ensemble else y
         length, batch = (y[0], y[2]) if cfg.layout == 0 else (y[1], y[0])
         res = shapes.residual_shape(cfg, length, batch, y[-1])
-        outs.append(
-            x.update(shape=lead + res, dtype=reference.compute_dtype(x.dtype), weak_type=False)
-        )
+        outs.append(_out(x, cfg, ensemble, "res", lead + res, reference.compute_dtype(x.dtype)))
     return outs
 
 
@@ -133,9 +149,7 @@ def _tangent_abstract(*ops, cfg: RNNConfig, ensemble: int):
     n = n_operands(cfg.cell)
     primals = ops[:n]
     _check_tail(cfg, ops, ensemble, primals[:-1], "tangent")
-    out_shapes = shapes.check_operands(cfg, _fname(cfg), primals, ensemble=ensemble)
-    x = primals[0]
-    return [x.update(shape=s, dtype=x.dtype, weak_type=False) for s in out_shapes]
+    return _forward_abstract(*primals, cfg=cfg, ensemble=ensemble, residuals=False)
 
 
 def _backward_abstract(*ops, cfg: RNNConfig, ensemble: int):
@@ -178,7 +192,3 @@ for _c in CELLS:
     mlir.register_lowering(forward_p[_c], _forward_lowering)
     mlir.register_lowering(tangent_p[_c], _tangent_lowering)
     mlir.register_lowering(backward_p[_c], _backward_lowering)
-
-
-def zeros_like_aval(a) -> jax.Array:
-    return jnp.zeros(a.shape, a.dtype)

@@ -7,8 +7,10 @@ every operand present (absent ones are zeros, see ``api.py``):
 
 ``x``, ``h0``, ``c0`` and the outputs are in the user's layout (ONNX ``layout`` 0 or 1).
 Inside, every direction runs in *processing order*: step t of the reverse direction reads
-x[len-1-t] of its sequence, so all directions share one loop (state ``[D, N, H]``, one
-batched recurrent matmul per step) and one mask (t < len).
+x[len-1-t] of its sequence, so all directions share one loop and one mask (t < len). Each
+direction keeps its own 2-D state and matmuls: on XLA:CPU that beats a batched matmul over
+directions, and computing X·Wᵀ inside the loop beats one hoisted GEMM (the projection stays
+in cache; see docs/performance.md).
 
 Residuals for autodiff are the activation inputs before clipping, per direction and step
 (processing order) ``res [D, L, N, K]``: GRU lbr=0: a_z, a_r, a_h (K = 3H); GRU lbr=1 also
@@ -33,56 +35,53 @@ def compute_dtype(dtype) -> jnp.dtype:
 
 def unroll_for(length: int, batch: int, hidden: int) -> int:
     """The ``lax.scan`` unroll factor for a shape (see docs/performance.md)."""
-    del batch, hidden
-    return max(1, min(length, 8))
+    del length, batch, hidden
+    return 1
 
 
 # --------------------------------------------------------------------------------------
 # small pieces
 # --------------------------------------------------------------------------------------
-def _clipped(a, clip):
-    return a if clip is None else jnp.clip(a, -clip, clip)
+def _act(act, a, clip):
+    """act(clip(a)): an activation at its (clipped) input."""
+    return act(a if clip is None else jnp.clip(a, -clip, clip))
 
 
-def _apply(acts, a, clip, axis=0):
-    """Activation of each direction (acts[d]) on ``a``, whose direction axis is ``axis``."""
-    if all(act == acts[0] for act in acts):
-        return acts[0](_clipped(a, clip))
-    parts = [act(_clipped(jnp.take(a, d, axis=axis), clip)) for d, act in enumerate(acts)]
-    return jnp.stack(parts, axis=axis)
+def _act_d(act, a, clip):
+    """act(clip(a)) and its derivative with respect to a (0 where the clip is active)."""
+    return jax.jvp(lambda v: _act(act, v, clip), (a,), (jnp.ones_like(a),))
 
 
-def _apply_d(acts, a, clip, axis=0):
-    """``_apply`` and its derivative with respect to ``a`` (0 where the clip is active)."""
-    return jax.jvp(lambda v: _apply(acts, v, clip, axis), (a,), (jnp.ones_like(a),))
+def _wgrad(a, b):
+    """Σ over steps and batch of aᵀ·b (a [L, N, G], b [L, N, K]) -> [G, K]: a weight gradient.
+
+    Replicated when the batch axis is explicitly sharded (the contraction is an all-reduce).
+    """
+    mesh = jax.typeof(a).sharding.mesh
+    explicit = any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types)
+    out = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()) if explicit else None
+    return jnp.einsum("lng,lnk->gk", a, b, out_sharding=out)
 
 
-def _kth(cfg, k):
-    """The k-th activation (f, g or h) of every direction."""
-    return tuple(acts[k] for acts in cfg.activations)
+def _sum_ln(a):
+    return a.sum((0, 1))
 
 
-def _mm(a, b):
-    """Per-direction matmul: a [D, N, K] @ b [D, K, M] -> [D, N, M]."""
-    return jnp.einsum("dnk,dkm->dnm", a, b)
-
-
-def _proj(a, w):
-    """Per-direction projection of a sequence: a [L, D, N, K] @ w[d]ᵀ (w [D, M, K])."""
-    return jnp.einsum("ldnk,dmk->ldnm", a, w)
+def _split(a, k):
+    return jnp.split(a, k, axis=-1)
 
 
 class _Time:
     """Conversions between time order and each direction's processing order, and the mask."""
 
     def __init__(self, cfg: RNNConfig, lens, length: int):
-        self.cfg, self.length = cfg, length
+        self.cfg = cfg
         self.mask = self.idx = None
         if cfg.ragged:
             lens = jnp.clip(lens.astype(jnp.int32), 0, length)
             t = jnp.arange(length, dtype=jnp.int32)[:, None]
             valid = t < lens[None, :]
-            self.mask = valid[:, None, :, None]  # [L, 1, N, 1]: broadcasts over D and H
+            self.mask = valid[..., None]  # [L, N, 1]
             # t -> len-1-t inside the sequence, identity on padding: an involution
             self.idx = jnp.where(valid, lens[None, :] - 1 - t, t)  # [L, N]
 
@@ -95,30 +94,17 @@ class _Time:
         idx = self.idx.reshape(self.idx.shape + (1,) * (a.ndim - 2))
         return jnp.take_along_axis(a, idx, axis=0)
 
-    def stack(self, a):
-        """``a [L, N, ...]`` (time order) -> ``[L, D, N, ...]`` in each direction's order."""
-        return jnp.stack([self.proc(a, d) for d in range(self.cfg.num_directions)], axis=1)
-
-    def unstack(self, a):
-        """``a [L, D, N, ...]``: swap each direction between processing and time order."""
-        if not any(self.cfg.reversed_dirs):
-            return a
-        return jnp.stack([self.proc(a[:, d], d) for d in range(a.shape[1])], axis=1)
-
-    def select(self, new, old, m):
+    @staticmethod
+    def select(new, old, m):
         return new if m is None else jnp.where(m, new, old)
 
-    def zero(self, v, m):
+    @staticmethod
+    def zero(v, m):
         return v if m is None else jnp.where(m, v, jnp.zeros_like(v))
 
 
-def _to_user_y(cfg, y):
-    """``[L, D, N, H]`` -> Y in the user layout."""
-    return y if cfg.layout == 0 else jnp.transpose(y, (2, 0, 1, 3))
-
-
-def _from_user_y(cfg, y):
-    return y if cfg.layout == 0 else jnp.transpose(y, (1, 2, 0, 3))
+def _time_major(cfg, a):
+    return a if cfg.layout == 0 else jnp.swapaxes(a, 0, 1)
 
 
 def _states(cfg, s):
@@ -126,12 +112,14 @@ def _states(cfg, s):
     return s if cfg.layout == 0 else jnp.swapaxes(s, 0, 1)
 
 
-def _time_major(cfg, a):
-    return a if cfg.layout == 0 else jnp.swapaxes(a, 0, 1)
+def _y_dir(cfg, y, d):
+    """Direction d of Y (user layout) as ``[L, N, H]`` in time order."""
+    return y[:, d] if cfg.layout == 0 else jnp.swapaxes(y[:, :, d], 0, 1)
 
 
-def _split(a, k):
-    return jnp.split(a, k, axis=-1)
+def _assemble_y(cfg, ys):
+    """Per-direction time-order ``[L, N, H]`` -> Y in the user layout."""
+    return jnp.stack(ys, axis=1) if cfg.layout == 0 else jnp.stack([jnp.swapaxes(y, 0, 1) for y in ys], 2)
 
 
 def _unpack(cfg, operands):
@@ -143,72 +131,84 @@ def _unpack(cfg, operands):
     return x, w, r, b, p, h0, c0, lens
 
 
+def _biases(cfg, b, hidden):
+    """Per direction: (bias of X·Wᵀ [1, G], bias of H·Rᵀ [1, G] or None)."""
+    g = cfg.num_gates * hidden
+    out = []
+    for bd in b:
+        wb, rb = bd[None, :g], bd[None, g:]
+        if cfg.cell == "gru" and cfg.linear_before_reset:
+            out.append((wb, rb))  # Rb stays with H·Rᵀ: the h-gate needs r ⊙ (H·Rhᵀ + Rbh)
+        else:
+            out.append((wb + rb, None))
+    return out
+
+
 class _Prepared:
-    """Operands cast to the compute dtype, in per-direction, time-major form."""
+    """Operands cast to the compute dtype, split per direction, time-major, processing order."""
 
     def __init__(self, cfg: RNNConfig, operands):
         x, w, r, b, p, h0, c0, lens = _unpack(cfg, operands)
         self.dtype = cdt = compute_dtype(x.dtype)
         cast = lambda a: None if a is None else a.astype(cdt)
-        x, self.w, self.r, b, p, h0, c0 = map(cast, (x, w, r, b, p, h0, c0))
+        x, w, r, b, p, h0, c0 = map(cast, (x, w, r, b, p, h0, c0))
         xt = _time_major(cfg, x)
         self.length, self.batch = xt.shape[0], xt.shape[1]
-        self.hidden = hidden = self.r.shape[-1]
+        self.hidden = r.shape[-1]
+        self.dirs = range(cfg.num_directions)
         self.tm = _Time(cfg, lens, self.length)
-        self.xd = self.tm.stack(xt)  # [L, D, N, I]
-        self.h0 = _states(cfg, h0)
-        self.c0 = None if c0 is None else _states(cfg, c0)
-        self.xb, self.rb = _biases(cfg, b, hidden)
-        # peepholes i, o, f as [D, 1, H] each
-        self.peep = None if (p is None or not cfg.peepholes) else _split(p[:, None, :], 3)
-        self.unroll = unroll_for(self.length, self.batch, hidden)
-
-
-def _biases(cfg, b, hidden):
-    """(bias folded into the input projection [D,1,G], bias added to H·Rᵀ [D,1,G] or None)."""
-    g = cfg.num_gates * hidden
-    wb, rb = b[:, None, :g], b[:, None, g:]
-    if cfg.cell == "gru" and cfg.linear_before_reset:
-        return wb, rb  # Rb stays with H·Rᵀ: the h-gate needs r ⊙ (H·Rhᵀ + Rbh)
-    return wb + rb, None
+        self.x = [self.tm.proc(xt, d) for d in self.dirs]  # [L, N, I] per direction
+        self.w, self.r = list(w), list(r)  # [G, I], [G, H]
+        self.wt = [a.T for a in w]  # the layouts the loop body consumes, prepared once
+        self.rt = [a.T for a in r]
+        self.bias = _biases(cfg, b, self.hidden)
+        self.h0 = list(_states(cfg, h0))
+        self.c0 = None if c0 is None else list(_states(cfg, c0))
+        # peepholes (i, o, f) per direction, each [1, H]
+        self.peep = [_split(pd[None], 3) for pd in p] if (p is not None and cfg.peepholes) else None
+        self.unroll = unroll_for(self.length, self.batch, self.hidden)
 
 
 # --------------------------------------------------------------------------------------
-# cell steps (all directions, one time step)
+# cell steps (one direction, one time step)
 # --------------------------------------------------------------------------------------
-def _gru_step(cfg, rt, rb, xp_t, h):
-    f, g = _kth(cfg, 0), _kth(cfg, 1)
-    hidden = h.shape[-1]
+def _gru_step(cfg, pr, d, x_t, h):
+    f, g = cfg.activations[d][0], cfg.activations[d][1]
+    hidden = pr.hidden
+    wb, rb = pr.bias[d]
+    gx = x_t @ pr.wt[d] + wb
     if cfg.linear_before_reset:
-        gh = _mm(h, rt) + rb  # H·Rᵀ + Rb, all gates
-        azr = xp_t[..., : 2 * hidden] + gh[..., : 2 * hidden]
-        lin = gh[..., 2 * hidden :]
-        z, r = jnp.split(_apply(f, azr, cfg.clip), 2, axis=-1)
-        ah = xp_t[..., 2 * hidden :] + r * lin  # h~ = g(X·Whᵀ + r ⊙ (H·Rhᵀ + Rbh) + Wbh)
+        gh = h @ pr.rt[d] + rb  # H·Rᵀ + Rb, all gates
+        azr = gx[:, : 2 * hidden] + gh[:, : 2 * hidden]
+        lin = gh[:, 2 * hidden :]
+        zr = _act(f, azr, cfg.clip)
+        z, r = zr[:, :hidden], zr[:, hidden:]
+        ah = gx[:, 2 * hidden :] + r * lin  # h~ = g(X·Whᵀ + r ⊙ (H·Rhᵀ + Rbh) + Wbh)
         res = (azr, ah, lin)
     else:
-        azr = xp_t[..., : 2 * hidden] + _mm(h, rt[..., : 2 * hidden])
-        z, r = jnp.split(_apply(f, azr, cfg.clip), 2, axis=-1)
-        ah = xp_t[..., 2 * hidden :] + _mm(r * h, rt[..., 2 * hidden :])  # (r ⊙ H)·Rhᵀ
+        azr = gx[:, : 2 * hidden] + h @ pr.rt[d][:, : 2 * hidden]
+        zr = _act(f, azr, cfg.clip)
+        z, r = zr[:, :hidden], zr[:, hidden:]
+        ah = gx[:, 2 * hidden :] + (r * h) @ pr.rt[d][:, 2 * hidden :]  # (r ⊙ H)·Rhᵀ
         res = (azr, ah)
-    hh = _apply(g, ah, cfg.clip)
-    h_new = hh + z * (h - hh)  # H' = (1 − z) ⊙ h~ + z ⊙ H
-    return h_new, res
+    hh = _act(g, ah, cfg.clip)
+    return hh + z * (h - hh), res  # H' = (1 − z) ⊙ h~ + z ⊙ H
 
 
-def _lstm_step(cfg, rt, peep, xp_t, h, c):
-    f, g, hact = _kth(cfg, 0), _kth(cfg, 1), _kth(cfg, 2)
-    ai, ao, af, ac = _split(xp_t + _mm(h, rt), 4)
-    if peep is not None:
-        ai = ai + peep[0] * c
-        af = af + peep[2] * c
-    i = _apply(f, ai, cfg.clip)
-    fg = 1 - i if cfg.input_forget else _apply(f, af, cfg.clip)
-    c_new = fg * c + i * _apply(g, ac, cfg.clip)  # C = f ⊙ C' + i ⊙ g(a_c)
-    if peep is not None:
-        ao = ao + peep[1] * c_new  # the output gate's peephole sees the new cell state
-    o = _apply(f, ao, cfg.clip)
-    h_new = o * _apply(hact, c_new, None)  # onnxruntime does not clip the input of h(C)
+def _lstm_step(cfg, pr, d, x_t, h, c):
+    f, g, hact = cfg.activations[d]
+    ai, ao, af, ac = _split(x_t @ pr.wt[d] + h @ pr.rt[d] + pr.bias[d][0], 4)
+    if pr.peep is not None:
+        pi, po, pf = pr.peep[d]
+        ai = ai + pi * c
+        af = af + pf * c
+    i = _act(f, ai, cfg.clip)
+    fg = 1 - i if cfg.input_forget else _act(f, af, cfg.clip)
+    c_new = fg * c + i * _act(g, ac, cfg.clip)  # C = f ⊙ C' + i ⊙ g(a_c)
+    if pr.peep is not None:
+        ao = ao + po * c_new  # the output gate's peephole sees the new cell state
+    o = _act(f, ao, cfg.clip)
+    h_new = o * hact(c_new)  # onnxruntime does not clip the input of h(C)
     return h_new, c_new, (ai, ao, af, ac, c_new)
 
 
@@ -218,50 +218,49 @@ def _lstm_step(cfg, rt, peep, xp_t, h, c):
 def forward(cfg: RNNConfig, *operands, residuals: bool = False):
     """ONNX GRU/LSTM forward. Returns (y, y_h[, y_c]) and, if ``residuals``, res last."""
     pr = _Prepared(cfg, operands)
-    tm = pr.tm
-    xp = _proj(pr.xd, pr.w) + pr.xb[None]  # input projection of all steps: one GEMM
-    rt = jnp.swapaxes(pr.r, 1, 2)  # [D, H, G]: the layout the loop body consumes
+    tm, lstm = pr.tm, cfg.cell == "lstm"
     keep = (lambda res: jnp.concatenate(res, axis=-1)) if residuals else (lambda res: None)
 
-    if cfg.cell == "gru":
+    def step(carry, inp):
+        xs, m = inp
+        new, ys, rs = [], [], []
+        for d in pr.dirs:
+            if lstm:
+                h, c = carry[d]
+                h_new, c_new, res = _lstm_step(cfg, pr, d, xs[d], h, c)
+                new.append((tm.select(h_new, h, m), tm.select(c_new, c, m)))
+            else:
+                h = carry[d]
+                h_new, res = _gru_step(cfg, pr, d, xs[d], h)
+                new.append(tm.select(h_new, h, m))
+            ys.append(tm.zero(h_new, m))
+            rs.append(keep(res))
+        return tuple(new), (tuple(ys), tuple(rs))
 
-        def step(h, inp):
-            xp_t, m = inp
-            h_new, res = _gru_step(cfg, rt, pr.rb, xp_t, h)
-            return tm.select(h_new, h, m), (tm.zero(h_new, m), keep(res))
-
-        carry0 = pr.h0
-    else:
-
-        def step(hc, inp):
-            (h, c), (xp_t, m) = hc, inp
-            h_new, c_new, res = _lstm_step(cfg, rt, pr.peep, xp_t, h, c)
-            carry = (tm.select(h_new, h, m), tm.select(c_new, c, m))
-            return carry, (tm.zero(h_new, m), keep(res))
-
-        carry0 = (pr.h0, pr.c0)
-    last, (ys, res) = lax.scan(step, carry0, (xp, tm.mask), unroll=pr.unroll)
+    carry0 = tuple(zip(pr.h0, pr.c0)) if lstm else tuple(pr.h0)
+    last, (ys, rs) = lax.scan(step, carry0, (tuple(pr.x), tm.mask), unroll=pr.unroll)
     out_dtype = operands[0].dtype
-    y = _to_user_y(cfg, tm.unstack(ys))
-    states = (last,) if cfg.cell == "gru" else last
-    outs = [y] + [_states(cfg, s) for s in states]
+    y = _assemble_y(cfg, [tm.proc(y, d) for d, y in enumerate(ys)])
+    hs = [s[0] for s in last] if lstm else list(last)
+    outs = [y, _states(cfg, jnp.stack(hs))]
+    if lstm:
+        outs.append(_states(cfg, jnp.stack([s[1] for s in last])))
     outs = [o.astype(out_dtype) for o in outs]
     if residuals:
-        outs.append(jnp.swapaxes(res, 0, 1))  # [D, L, N, K]
+        outs.append(jnp.stack(rs))  # [D, L, N, K]
     return tuple(outs)
 
 
-def _h_prev(cfg, pr, y):
-    """Hidden state before each step, processing order ``[L, D, N, H]``."""
-    hs = pr.tm.unstack(_from_user_y(cfg, y.astype(pr.dtype)))
-    return jnp.concatenate([pr.h0[None], hs[:-1]], axis=0)
+def _h_prev(cfg, pr, y, d):
+    """Direction d's hidden state before each step, processing order ``[L, N, H]``."""
+    hs = pr.tm.proc(_y_dir(cfg, y.astype(pr.dtype), d), d)
+    return jnp.concatenate([pr.h0[d][None], hs[:-1]], axis=0)
 
 
-def _gru_residuals(cfg, res, hidden):
-    """(a_zr, a_h, lin) as [L, D, N, ...]; lin is None for lbr=0."""
-    res = jnp.swapaxes(res, 0, 1)
-    azr, ah = res[..., : 2 * hidden], res[..., 2 * hidden : 3 * hidden]
-    lin = res[..., 3 * hidden :] if cfg.linear_before_reset else None
+def _gru_residuals(cfg, res_d, hidden):
+    """(a_zr, a_h, lin) as [L, N, ...]; lin is zeros for lbr=0 (unused there)."""
+    azr, ah = res_d[..., : 2 * hidden], res_d[..., 2 * hidden : 3 * hidden]
+    lin = res_d[..., 3 * hidden :] if cfg.linear_before_reset else jnp.zeros_like(ah)
     return azr, ah, lin
 
 
@@ -279,93 +278,96 @@ def tangent(cfg: RNNConfig, primals, y, res, tangents):
       tangents: tangents of the floating operands, in operand order (lens excluded).
     """
     pr = _Prepared(cfg, primals)
-    tm, hidden = pr.tm, pr.hidden
+    tm, hidden, lstm = pr.tm, pr.hidden, cfg.cell == "lstm"
     tx, tw, tr, tb, tp, th0, tc0 = _unpack(cfg, (*tangents, None))[:7]
     cast = lambda a: None if a is None else a.astype(pr.dtype)
     tx, tw, tr, tb, tp, th0, tc0 = map(cast, (tx, tw, tr, tb, tp, th0, tc0))
-    txd = tm.stack(_time_major(cfg, tx))
-    txb, trb = _biases(cfg, tb, hidden)
-    txp = _proj(txd, pr.w) + _proj(pr.xd, tw) + txb[None]  # tangent of the input projection
-    hp = _h_prev(cfg, pr, y)
-    rt = jnp.swapaxes(pr.r, 1, 2)
+    txt = _time_major(cfg, tx)
+    tbias = _biases(cfg, tb, hidden)
     res = res.astype(pr.dtype)
-    f = _kth(cfg, 0)
-
-    if cfg.cell == "gru":
-        g = _kth(cfg, 1)
-        azr, ah, lin = _gru_residuals(cfg, res, hidden)
-        if cfg.linear_before_reset:
-            ext = _proj(hp, tr) + trb[None]  # the part of d(H·Rᵀ + Rb) not involving dH
+    h2 = 2 * hidden
+    per_dir = []  # scan inputs of each direction
+    for d in pr.dirs:
+        f = cfg.activations[d][0]
+        hp = _h_prev(cfg, pr, y, d)
+        # everything of the tangent that does not depend on the carried dH (dC), hoisted
+        txp = tm.proc(txt, d) @ pr.wt[d] + pr.x[d] @ tw[d].T + tbias[d][0][None]
+        if lstm:
+            ai, ao, af, ac, cs = _split(res[d], 5)
+            cp = jnp.concatenate([pr.c0[d][None], cs[:-1]], axis=0)
+            ext = txp + hp @ tr[d].T
+            per_dir.append((ext, ai, ao, af, ac, cs, cp))
         else:
-            r_ = _split(_apply(f, azr, cfg.clip, axis=1), 2)[1]
-            ext = jnp.concatenate(
-                [_proj(hp, tr[:, : 2 * hidden]), _proj(r_ * hp, tr[:, 2 * hidden :])], axis=-1
-            )
-
-        def step(dh, inp):
-            txp_t, ext_t, azr, ah, lin, hp_t, m = inp
-            zr, dzr_ = _apply_d(f, azr, cfg.clip)
-            z, r_ = _split(zr, 2)
-            hh, dhh_ = _apply_d(g, ah, cfg.clip)
+            azr, ah, lin = _gru_residuals(cfg, res[d], hidden)
             if cfg.linear_before_reset:
-                dgh = _mm(dh, rt) + ext_t
-                dzr = dzr_ * (txp_t[..., : 2 * hidden] + dgh[..., : 2 * hidden])
-                dr = dzr[..., hidden:]
-                dah = txp_t[..., 2 * hidden :] + dr * lin + r_ * dgh[..., 2 * hidden :]
+                ext = hp @ tr[d].T + tbias[d][1][None]  # d(H·Rᵀ + Rb) without dH
             else:
-                dzr = dzr_ * (txp_t[..., : 2 * hidden] + _mm(dh, rt[..., : 2 * hidden])
-                              + ext_t[..., : 2 * hidden])
-                dr = dzr[..., hidden:]
-                dah = (txp_t[..., 2 * hidden :] + _mm(dr * hp_t + r_ * dh, rt[..., 2 * hidden :])
-                       + ext_t[..., 2 * hidden :])
-            dz = dzr[..., :hidden]
-            dhh = dhh_ * dah
-            dh_new = dhh + dz * (hp_t - hh) + z * (dh - dhh)
-            return tm.select(dh_new, dh, m), tm.zero(dh_new, m)
+                r_ = _act(f, azr, cfg.clip)[..., hidden:]
+                ext = jnp.concatenate([hp @ tr[d][:h2].T, (r_ * hp) @ tr[d][h2:].T], axis=-1)
+            per_dir.append((txp, ext, azr, ah, lin, hp))
+    tpeep = [_split(tpd[None], 3) for tpd in tp] if pr.peep is not None else None
 
-        lin_xs = lin if lin is not None else jnp.zeros_like(ah)
-        last, dys = lax.scan(step, _states(cfg, th0), (txp, ext, azr, ah, lin_xs, hp, tm.mask),
-                             unroll=pr.unroll)
-        d_states = (last,)
-    else:
-        g, hact = _kth(cfg, 1), _kth(cfg, 2)
-        res = jnp.swapaxes(res, 0, 1)
-        ai, ao, af, ac, cs = _split(res, 5)
-        cp = jnp.concatenate([pr.c0[None], cs[:-1]], axis=0)
-        ext = _proj(hp, tr)
-        peep = pr.peep
-        tpeep = _split(tp[:, None, :], 3) if peep is not None else None
+    def gru_dir(d, dh, txp_t, ext_t, azr, ah, lin, hp_t):
+        f, g = cfg.activations[d][0], cfg.activations[d][1]
+        rt = pr.rt[d]
+        zr, dzr_ = _act_d(f, azr, cfg.clip)
+        z, r_ = zr[:, :hidden], zr[:, hidden:]
+        hh, dhh_ = _act_d(g, ah, cfg.clip)
+        if cfg.linear_before_reset:
+            dgh = dh @ rt + ext_t
+            dzr = dzr_ * (txp_t[:, :h2] + dgh[:, :h2])
+            dah = txp_t[:, h2:] + dzr[:, hidden:] * lin + r_ * dgh[:, h2:]
+        else:
+            dzr = dzr_ * (txp_t[:, :h2] + dh @ rt[:, :h2] + ext_t[:, :h2])
+            dah = txp_t[:, h2:] + (dzr[:, hidden:] * hp_t + r_ * dh) @ rt[:, h2:] + ext_t[:, h2:]
+        dhh = dhh_ * dah
+        return dhh + dzr[:, :hidden] * (hp_t - hh) + z * (dh - dhh)
 
-        def step(carry, inp):
-            dh, dc = carry
-            txp_t, ext_t, ai, ao, af, ac, c, cp_t, m = inp
-            dai, dao, daf, dac = _split(txp_t + ext_t + _mm(dh, rt), 4)
-            if peep is not None:
-                dai = dai + tpeep[0] * cp_t + peep[0] * dc
-                daf = daf + tpeep[2] * cp_t + peep[2] * dc
-            i, di_ = _apply_d(f, ai, cfg.clip)
-            di = di_ * dai
-            if cfg.input_forget:
-                fg, dfg = 1 - i, -di
+    def lstm_dir(d, dh, dc, ext_t, ai, ao, af, ac, c, cp_t):
+        f, g, hact = cfg.activations[d]
+        dai, dao, daf, dac = _split(ext_t + dh @ pr.rt[d], 4)
+        if pr.peep is not None:
+            (pi, po, pf), (tpi, tpo, tpf) = pr.peep[d], tpeep[d]
+            dai = dai + tpi * cp_t + pi * dc
+            daf = daf + tpf * cp_t + pf * dc
+        i, di_ = _act_d(f, ai, cfg.clip)
+        di = di_ * dai
+        if cfg.input_forget:
+            fg, dfg = 1 - i, -di
+        else:
+            fg, df_ = _act_d(f, af, cfg.clip)
+            dfg = df_ * daf
+        cc, dcc_ = _act_d(g, ac, cfg.clip)
+        dc_new = dfg * cp_t + fg * dc + di * cc + i * dcc_ * dac
+        if pr.peep is not None:
+            dao = dao + tpo * c + po * dc_new
+        o, do_ = _act_d(f, ao, cfg.clip)
+        hc, dhc_ = _act_d(hact, c, None)
+        return do_ * dao * hc + o * dhc_ * dc_new, dc_new
+
+    def step(carry, inp):
+        xs, m = inp
+        new, dys = [], []
+        for d in pr.dirs:
+            if lstm:
+                dh, dc = carry[d]
+                dh_new, dc_new = lstm_dir(d, dh, dc, *xs[d])
+                new.append((tm.select(dh_new, dh, m), tm.select(dc_new, dc, m)))
             else:
-                fg, df_ = _apply_d(f, af, cfg.clip)
-                dfg = df_ * daf
-            cc, dcc_ = _apply_d(g, ac, cfg.clip)
-            dc_new = dfg * cp_t + fg * dc + di * cc + i * dcc_ * dac
-            if peep is not None:
-                dao = dao + tpeep[1] * c + peep[1] * dc_new
-            o, do_ = _apply_d(f, ao, cfg.clip)
-            hc, dhc_ = _apply_d(hact, c, None)
-            dh_new = do_ * dao * hc + o * dhc_ * dc_new
-            new = (tm.select(dh_new, dh, m), tm.select(dc_new, dc, m))
-            return new, tm.zero(dh_new, m)
+                dh = carry[d]
+                dh_new = gru_dir(d, dh, *xs[d])
+                new.append(tm.select(dh_new, dh, m))
+            dys.append(tm.zero(dh_new, m))
+        return tuple(new), tuple(dys)
 
-        carry0 = (_states(cfg, th0), _states(cfg, tc0))
-        d_states, dys = lax.scan(step, carry0, (txp, ext, ai, ao, af, ac, cs, cp, tm.mask),
-                                 unroll=pr.unroll)
-    out_dtype = primals[0].dtype
-    outs = [_to_user_y(cfg, tm.unstack(dys))] + [_states(cfg, s) for s in d_states]
-    return tuple(o.astype(out_dtype) for o in outs)
+    th0 = list(_states(cfg, th0))
+    carry0 = tuple(zip(th0, _states(cfg, tc0))) if lstm else tuple(th0)
+    last, dys = lax.scan(step, carry0, (tuple(per_dir), tm.mask), unroll=pr.unroll)
+    outs = [_assemble_y(cfg, [tm.proc(dy, d) for d, dy in enumerate(dys)])]
+    outs.append(_states(cfg, jnp.stack([s[0] for s in last] if lstm else list(last))))
+    if lstm:
+        outs.append(_states(cfg, jnp.stack([s[1] for s in last])))
+    return tuple(o.astype(primals[0].dtype) for o in outs)
 
 
 # --------------------------------------------------------------------------------------
@@ -378,107 +380,115 @@ def backward(cfg: RNNConfig, primals, y, res, cotangents):
       Cotangents of (x, w, r, b, h0) for GRU or (x, w, r, b, p, h0, c0) for LSTM.
     """
     pr = _Prepared(cfg, primals)
-    tm, hidden = pr.tm, pr.hidden
-    gy = tm.unstack(_from_user_y(cfg, cotangents[0].astype(pr.dtype)))  # processing order
+    tm, hidden, lstm = pr.tm, pr.hidden, cfg.cell == "lstm"
+    h2 = 2 * hidden
+    gy = cotangents[0].astype(pr.dtype)
     g_states = [_states(cfg, c.astype(pr.dtype)) for c in cotangents[1:]]
-    hp = _h_prev(cfg, pr, y)
-    r = pr.r
     res = res.astype(pr.dtype)
-    f = _kth(cfg, 0)
-    sum_ln = lambda a: a.sum((0, 2))  # over steps and batch -> [D, ...]
-
-    if cfg.cell == "gru":
-        g = _kth(cfg, 1)
-        azr, ah, lin = _gru_residuals(cfg, res, hidden)
-
-        def step(dh, inp):
-            gy_t, azr, ah, lin, hp_t, m = inp
-            gh = tm.zero(gy_t, m) + dh
-            zr, dzr_ = _apply_d(f, azr, cfg.clip)
-            z, r_ = _split(zr, 2)
-            dz_, dr_ = _split(dzr_, 2)
-            hh, dhh_ = _apply_d(g, ah, cfg.clip)
-            dah = gh * (1 - z) * dhh_
-            daz = gh * (hp_t - hh) * dz_
-            if cfg.linear_before_reset:
-                dar = dah * lin * dr_
-                dgh = jnp.concatenate([daz, dar, dah * r_], axis=-1)  # d(H·Rᵀ + Rb)
-                dh_prev = gh * z + _mm(dgh, r)
-            else:
-                drh = _mm(dah, r[:, 2 * hidden :])  # d(r ⊙ H)
-                dar = drh * hp_t * dr_
-                dgh = None
-                dh_prev = gh * z + drh * r_ + _mm(jnp.concatenate([daz, dar], -1), r[:, : 2 * hidden])
-            dgx = jnp.concatenate([daz, dar, dah], axis=-1)  # d(input projection)
-            emit = (tm.zero(dgx, m), None if dgh is None else tm.zero(dgh, m))
-            return tm.select(dh_prev, gh, m), emit
-
-        lin_xs = lin if lin is not None else jnp.zeros_like(ah)
-        dh0, (dgx, dgh) = lax.scan(step, g_states[0], (gy, azr, ah, lin_xs, hp, tm.mask),
-                                   reverse=True, unroll=pr.unroll)
-        if cfg.linear_before_reset:
-            g_r = jnp.einsum("ldng,ldnh->dgh", dgh, hp)
-            g_b = jnp.concatenate([sum_ln(dgx), sum_ln(dgh)], axis=-1)
+    per_dir, hps = [], []
+    for d in pr.dirs:
+        hp = _h_prev(cfg, pr, y, d)
+        hps.append(hp)
+        gyd = tm.proc(_y_dir(cfg, gy, d), d)
+        if lstm:
+            ai, ao, af, ac, cs = _split(res[d], 5)
+            cp = jnp.concatenate([pr.c0[d][None], cs[:-1]], axis=0)
+            per_dir.append((gyd, ai, ao, af, ac, cs, cp))
         else:
-            r_ = _split(_apply(f, azr, cfg.clip, axis=1), 2)[1]
-            g_r = jnp.concatenate([
-                jnp.einsum("ldng,ldnh->dgh", dgx[..., : 2 * hidden], hp),
-                jnp.einsum("ldng,ldnh->dgh", dgx[..., 2 * hidden :], r_ * hp),
-            ], axis=1)
-            sb = sum_ln(dgx)
-            g_b = jnp.concatenate([sb, sb], axis=-1)
-        grads_state = (dh0,)
-        g_p = None
-    else:
-        g, hact = _kth(cfg, 1), _kth(cfg, 2)
-        ai, ao, af, ac, cs = _split(jnp.swapaxes(res, 0, 1), 5)
-        cp = jnp.concatenate([pr.c0[None], cs[:-1]], axis=0)
-        peep = pr.peep
+            per_dir.append((gyd, *_gru_residuals(cfg, res[d], hidden), hp))
 
-        def step(carry, inp):
-            dh, dc = carry
-            gy_t, ai, ao, af, ac, c, cp_t, m = inp
-            gh = tm.zero(gy_t, m) + dh
-            i, di_ = _apply_d(f, ai, cfg.clip)
-            o, do_ = _apply_d(f, ao, cfg.clip)
-            cc, dcc_ = _apply_d(g, ac, cfg.clip)
-            hc, dhc_ = _apply_d(hact, c, None)
-            dao = gh * hc * do_
-            dcell = dc + gh * o * dhc_
-            if peep is not None:
-                dcell = dcell + dao * peep[1]
-            di = dcell * cc
-            if cfg.input_forget:
-                fg = 1 - i
-                di = di - dcell * cp_t
-                daf = jnp.zeros_like(dao)
+    def gru_dir(d, dh, gy_t, azr, ah, lin, hp_t, m):
+        f, g = cfg.activations[d][0], cfg.activations[d][1]
+        r = pr.r[d]
+        gh = tm.zero(gy_t, m) + dh
+        zr, dzr_ = _act_d(f, azr, cfg.clip)
+        z, r_ = zr[:, :hidden], zr[:, hidden:]
+        hh, dhh_ = _act_d(g, ah, cfg.clip)
+        dah = gh * (1 - z) * dhh_
+        daz = gh * (hp_t - hh) * dzr_[:, :hidden]
+        if cfg.linear_before_reset:
+            dar = dah * lin * dzr_[:, hidden:]
+            dgh = jnp.concatenate([daz, dar, dah * r_], axis=-1)  # d(H·Rᵀ + Rb)
+            dh_prev = gh * z + dgh @ r
+        else:
+            drh = dah @ r[h2:]  # d(r ⊙ H)
+            dar = drh * hp_t * dzr_[:, hidden:]
+            dgh = None
+            dh_prev = gh * z + drh * r_ + jnp.concatenate([daz, dar], -1) @ r[:h2]
+        dgx = jnp.concatenate([daz, dar, dah], axis=-1)  # d(X·Wᵀ + b)
+        return tm.select(dh_prev, gh, m), (tm.zero(dgx, m), None if dgh is None else tm.zero(dgh, m))
+
+    def lstm_dir(d, dh, dc, gy_t, ai, ao, af, ac, c, cp_t, m):
+        f, g, hact = cfg.activations[d]
+        gh = tm.zero(gy_t, m) + dh
+        i, di_ = _act_d(f, ai, cfg.clip)
+        o, do_ = _act_d(f, ao, cfg.clip)
+        cc, dcc_ = _act_d(g, ac, cfg.clip)
+        hc, dhc_ = _act_d(hact, c, None)
+        dao = gh * hc * do_
+        dcell = dc + gh * o * dhc_
+        if pr.peep is not None:
+            pi, po, pf = pr.peep[d]
+            dcell = dcell + dao * po
+        di = dcell * cc
+        if cfg.input_forget:
+            fg = 1 - i
+            di = di - dcell * cp_t
+            daf = jnp.zeros_like(dao)
+        else:
+            fg, df_ = _act_d(f, af, cfg.clip)
+            daf = dcell * cp_t * df_
+        dai = di * di_
+        dcp = dcell * fg
+        if pr.peep is not None:
+            dcp = dcp + dai * pi + daf * pf
+        dg = jnp.concatenate([dai, dao, daf, dcell * i * dcc_], axis=-1)
+        return (tm.select(dg @ pr.r[d], gh, m), tm.select(dcp, dc, m)), (tm.zero(dg, m), None)
+
+    def step(carry, inp):
+        xs, m = inp
+        new, emits = [], []
+        for d in pr.dirs:
+            if lstm:
+                c_new, emit = lstm_dir(d, *carry[d], *xs[d], m)
             else:
-                fg, df_ = _apply_d(f, af, cfg.clip)
-                daf = dcell * cp_t * df_
-            dai = di * di_
-            dac = dcell * i * dcc_
-            dcp = dcell * fg
-            if peep is not None:
-                dcp = dcp + dai * peep[0] + daf * peep[2]
-            dg = jnp.concatenate([dai, dao, daf, dac], axis=-1)
-            new = (tm.select(_mm(dg, r), gh, m), tm.select(dcp, dc, m))
-            return new, (tm.zero(dg, m), None)
+                c_new, emit = gru_dir(d, carry[d], *xs[d], m)
+            new.append(c_new)
+            emits.append(emit)
+        return tuple(new), tuple(emits)
 
-        (dh0, dc0), (dgx, _) = lax.scan(step, tuple(g_states), (gy, ai, ao, af, ac, cs, cp, tm.mask),
-                                        reverse=True, unroll=pr.unroll)
-        g_r = jnp.einsum("ldng,ldnh->dgh", dgx, hp)
-        sb = sum_ln(dgx)
-        g_b = jnp.concatenate([sb, sb], axis=-1)
-        dai, dao, daf = dgx[..., :hidden], dgx[..., hidden : 2 * hidden], dgx[..., 2 * hidden : 3 * hidden]
-        g_p = jnp.concatenate([sum_ln(dai * cp), sum_ln(dao * cs), sum_ln(daf * cp)], axis=-1)
-        grads_state = (dh0, dc0)
-    g_w = jnp.einsum("ldng,ldni->dgi", dgx, pr.xd)
-    gxd = tm.unstack(jnp.einsum("ldng,dgi->ldni", dgx, pr.w))
-    g_x = _time_major(cfg, gxd.sum(1))
+    carry0 = tuple(zip(*g_states)) if lstm else tuple(g_states[0])
+    first, emits = lax.scan(step, carry0, (tuple(per_dir), tm.mask), reverse=True, unroll=pr.unroll)
+
+    g_x = 0
+    g_w, g_r, g_b, g_p = [], [], [], []
+    for d in pr.dirs:
+        dgx, dgh = emits[d]
+        hp = hps[d]
+        g_w.append(_wgrad(dgx, pr.x[d]))
+        g_x = g_x + tm.proc(dgx @ pr.w[d], d)
+        sb = _sum_ln(dgx)
+        if lstm:
+            g_r.append(_wgrad(dgx, hp))
+            g_b.append(jnp.concatenate([sb, sb]))
+            cs, cp = per_dir[d][5], per_dir[d][6]
+            dai, dao, daf = dgx[..., :hidden], dgx[..., hidden:h2], dgx[..., h2 : 3 * hidden]
+            g_p.append(jnp.concatenate([_sum_ln(dai * cp), _sum_ln(dao * cs), _sum_ln(daf * cp)]))
+        elif cfg.linear_before_reset:
+            g_r.append(_wgrad(dgh, hp))
+            g_b.append(jnp.concatenate([sb, _sum_ln(dgh)]))
+        else:
+            r_ = _act(cfg.activations[d][0], per_dir[d][1], cfg.clip)[..., hidden:]
+            g_r.append(jnp.concatenate([_wgrad(dgx[..., :h2], hp), _wgrad(dgx[..., h2:], r_ * hp)]))
+            g_b.append(jnp.concatenate([sb, sb]))
 
     x, w0, r0, b0, p0, h00, c00, _ = _unpack(cfg, primals)
-    out = [g_x.astype(x.dtype), g_w.astype(w0.dtype), g_r.astype(r0.dtype), g_b.astype(b0.dtype)]
-    if cfg.cell == "lstm":
-        out.append((g_p if cfg.peepholes else jnp.zeros_like(p0)).astype(p0.dtype))
-    out += [_states(cfg, s).astype(a.dtype) for s, a in zip(grads_state, (h00, c00))]
+    out = [_time_major(cfg, g_x).astype(x.dtype), jnp.stack(g_w).astype(w0.dtype),
+           jnp.stack(g_r).astype(r0.dtype), jnp.stack(g_b).astype(b0.dtype)]
+    if lstm:
+        out.append((jnp.stack(g_p) if pr.peep is not None else jnp.zeros_like(p0)).astype(p0.dtype))
+        out.append(_states(cfg, jnp.stack([s[0] for s in first])).astype(h00.dtype))
+        out.append(_states(cfg, jnp.stack([s[1] for s in first])).astype(c00.dtype))
+    else:
+        out.append(_states(cfg, jnp.stack(list(first))).astype(h00.dtype))
     return tuple(out)

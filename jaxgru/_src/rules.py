@@ -23,14 +23,13 @@ from jaxgru._src.options import RNNConfig
 from jaxgru._src.primitives import (
     CELLS,
     backward_p,
+    forward_p,
     n_operands,
-    n_outputs,
     reference_backward,
     reference_forward,
     reference_tangent,
     tangent_p,
 )
-from jaxgru._src.primitives import forward_p as forward_p
 
 
 def _instantiate(t, like):
@@ -44,7 +43,6 @@ def _instantiate(t, like):
 # --------------------------------------------------------------------------------------
 def _forward_jvp(primals, tangents, *, cfg: RNNConfig, ensemble: int, residuals: bool):
     cell = cfg.cell
-    n = n_operands(cell)
     floats = primals[:-1]
     if residuals:  # higher order only: differentiate the reference
         return _jvp_via(reference_forward(cfg, ensemble, True), forward_p[cell],
@@ -54,7 +52,6 @@ def _forward_jvp(primals, tangents, *, cfg: RNNConfig, ensemble: int, residuals:
     tans = [_instantiate(t, p) for t, p in zip(tangents[:-1], floats)]
     args = match_varying(*primals, y, res, *tans)
     t_outs = tangent_p[cell].bind(*args, cfg=cfg, ensemble=ensemble)
-    del n
     return outs[:-1], t_outs
 
 
@@ -180,5 +177,3 @@ for _c in CELLS:
     batching.fancy_primitive_batchers[forward_p[_c]] = partial(_batch_rule, forward_p[_c], "forward")
     batching.fancy_primitive_batchers[tangent_p[_c]] = partial(_batch_rule, tangent_p[_c], "tangent")
     batching.fancy_primitive_batchers[backward_p[_c]] = partial(_batch_rule, backward_p[_c], "backward")
-
-__all__ = ["n_outputs"]
