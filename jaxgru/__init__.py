@@ -6,6 +6,7 @@ from jaxgru._src.api import gru_stack as gru_stack
 from jaxgru._src.api import lstm as lstm
 from jaxgru._src.api import lstm_cell as lstm_cell
 from jaxgru._src.api import lstm_stack as lstm_stack
+from jaxgru._src.backends import backend_info as backend_info
 from jaxgru._src.params import GRUParams as GRUParams
 from jaxgru._src.params import LSTMParams as LSTMParams
 from jaxgru._src.params import init_gru as init_gru
@@ -17,6 +18,7 @@ __version__ = "0.1.0"
 __all__ = [
     "GRUParams",
     "LSTMParams",
+    "backend_info",
     "gru",
     "gru_cell",
     "gru_stack",

@@ -8,12 +8,28 @@ import time
 
 
 def _info(args: argparse.Namespace) -> int:
+    import json
+
     import jax
+    import wgpu
 
     import jaxgru
 
-    print(f"jaxgru {jaxgru.__version__}, jax {jax.__version__}")
-    print(f"JAX devices: {', '.join(str(d) for d in jax.devices())}")
+    info = jaxgru.backend_info()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"jaxgru {jaxgru.__version__}, jax {jax.__version__}, wgpu {wgpu.__version__}")
+    print(f"JAX devices: {', '.join(info['jax_devices'])} (default backend: {info['jax_default_backend']})")
+    print(f"WebGPU adapters: {len(info['adapters']) or 'none'}")
+    for a in info["adapters"]:
+        mark = "*" if a["selected"] else " "
+        print(f" {mark} [{a['index']}] {a['name']} ({a['adapter_type']}, {a['backend_type']})")
+        print(f"       features: {', '.join(a['features'])}")
+        print("       limits: " + ", ".join(f"{k}={v}" for k, v in a["limits"].items()))
+    print(f"backend='auto' -> {info['auto']}: {info['reason']}")
+    for k, v in info["env"].items():
+        print(f"{k}={v if v is not None else '(unset)'}")
     return 0
 
 
@@ -47,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxgru", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="versions, JAX devices, WebGPU adapters, the automatic backend")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(fn=_info)
     p = sub.add_parser("demo", help="a short example run")
     p.add_argument("--length", type=int, default=50)

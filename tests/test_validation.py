@@ -156,8 +156,3 @@ def test_traced_lengths_are_clamped_not_checked():
     y_ok, h_ok = f(jnp.array([0, 5, 2]))
     np.testing.assert_array_equal(np.asarray(y_bad), np.asarray(y_ok))
     np.testing.assert_array_equal(np.asarray(h_bad), np.asarray(h_ok))
-
-
-def test_wgsl_not_available_yet():
-    with pytest.raises(NotImplementedError, match="backend='wgsl' is not available yet"):
-        jaxgru.gru(gru_params(), X, backend="wgsl")

@@ -202,7 +202,7 @@ def _layer(cell, fname, params, x, *, initial_h=None, initial_c=None, sequence_l
         c0 = zeros(st) if initial_c is None else cast(initial_c)
         operands = [cast(x), cast(w), cast(r), b, p, h0, c0, lens]
     shapes.check_operands(cfg, fname, operands)
-    cfg = cfg.replace(backend=backends.resolve(cfg.backend, fname))
+    cfg = cfg.replace(backend=backends.resolve(cfg.backend, fname, dtype))
     outs = run_layer(cfg, operands)
     return tuple(o.astype(x.dtype) for o in outs)
 

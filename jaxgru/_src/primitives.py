@@ -12,12 +12,11 @@ For cell in {gru, lstm}:
 
 ``ensemble > 0`` means every operand and output has a leading axis of that size (independent
 members, e.g. vmapped weights). Lowerings: the ``lax.scan`` reference (``xla``) everywhere;
-a backend may register a forward lowering for its name (``wgsl``).
+the forward also has a host-callback lowering into WGSL kernels (``wgsl``, webgpu/callback.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 
 import jax
@@ -39,15 +38,6 @@ def _make(name: str) -> Primitive:
 forward_p = {c: _make(f"jaxgru_{c}") for c in CELLS}
 tangent_p = {c: _make(f"jaxgru_{c}_jvp") for c in CELLS}
 backward_p = {c: _make(f"jaxgru_{c}_vjp") for c in CELLS}
-
-# backend name -> fn(cfg, ensemble, residuals) -> a jax-traceable function of the operands
-_FORWARD_LOWERINGS: dict[str, Callable] = {}
-
-
-def register_forward_lowering(backend: str, make_fn: Callable) -> None:
-    """Plug a backend's forward into the primitives (``make_fn(cfg, ensemble, residuals)``)."""
-    _FORWARD_LOWERINGS[backend] = make_fn
-
 
 def n_operands(cell: str) -> int:
     return len(shapes.OPERAND_NAMES[cell])
@@ -172,10 +162,12 @@ for _c in CELLS:
 def _forward_lowering(ctx, *ops, cfg: RNNConfig, ensemble: int, residuals: bool):
     if cfg.backend == "xla":
         fn = reference_forward(cfg, ensemble, residuals)
-    elif cfg.backend in _FORWARD_LOWERINGS:
-        fn = _FORWARD_LOWERINGS[cfg.backend](cfg, ensemble, residuals)
+    elif cfg.backend == "wgsl":
+        from jaxgru._src.webgpu import callback  # imports wgpu: only when used
+
+        fn = callback.make_forward(ctx, cfg, ensemble, residuals)
     else:
-        raise NotImplementedError(f"jaxgru: no lowering registered for backend {cfg.backend!r}.")
+        raise NotImplementedError(f"jaxgru: no lowering for backend {cfg.backend!r}.")
     return mlir.lower_fun(fn, multiple_results=True)(ctx, *ops)
 
 

@@ -1,0 +1,6 @@
+"""The ``wgsl`` backend below the JAX callback: WGSL kernels run through wgpu on numpy arrays.
+
+Modules: ``kernels`` (the forward entry point), ``runtime`` (adapter, device, lock, pipelines),
+``plan`` (shapes, variant choice, chunking), ``host`` (host-side conversions), ``caches``
+(buffer pool, weight cache), ``shaders`` (WGSL sources), ``counters``.
+"""

@@ -1,0 +1,145 @@
+"""Bounded device-memory caches: a pool of scratch buffers and a content-keyed LRU.
+
+Both are used only under the runtime's device lock.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+
+import numpy as np
+import wgpu
+
+# Scratch buffers kept idle for reuse, at most this many bytes in all ...
+POOL_MAX_IDLE_BYTES = 256 << 20
+# ... and this many per (size class, usage).
+POOL_MAX_IDLE_PER_CLASS = 8
+# Smallest size class; classes are powers of two from here (capped at the device's
+# max buffer size, where the size is rounded up to this granularity instead).
+POOL_MIN_CLASS = 256
+
+# Weights kept on the device (transposed/padded copies keyed by content digest).
+WEIGHT_CACHE_MAX_BYTES = 512 << 20
+WEIGHT_CACHE_MAX_ENTRIES = 64
+
+
+def digest(a: np.ndarray) -> tuple:
+    """A key that changes whenever the array's values, shape or dtype change.
+
+    Args:
+      a: any numpy array.
+
+    Returns:
+      (blake2b-128 hex digest of the bytes, shape, dtype name).
+    """
+    flat = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    return hashlib.blake2b(flat, digest_size=16).hexdigest(), tuple(a.shape), np.dtype(a.dtype).name
+
+
+def size_class(nbytes: int, max_buffer_size: int) -> int:
+    """The pooled size for a request of ``nbytes`` (power of two, capped at the device limit)."""
+    size = POOL_MIN_CLASS
+    while size < nbytes:
+        size *= 2
+    if size > max_buffer_size:
+        size = -(-nbytes // POOL_MIN_CLASS) * POOL_MIN_CLASS
+    return size
+
+
+class BufferPool:
+    """Scratch buffers by (size class, usage); idle ones are bounded, the rest destroyed."""
+
+    def __init__(self, device: wgpu.GPUDevice, max_buffer_size: int,
+                 max_idle_bytes: int = POOL_MAX_IDLE_BYTES,
+                 max_idle_per_class: int = POOL_MAX_IDLE_PER_CLASS) -> None:
+        self._device = device
+        self._max_buffer_size = max_buffer_size
+        self.max_idle_bytes = max_idle_bytes
+        self.max_idle_per_class = max_idle_per_class
+        self._idle: dict[tuple[int, int], list[wgpu.GPUBuffer]] = collections.defaultdict(list)
+        self.idle_bytes = 0
+        self.created = 0
+        self.reused = 0
+
+    def acquire(self, nbytes: int, usage: int) -> wgpu.GPUBuffer:
+        """A buffer of at least ``nbytes`` bytes with exactly ``usage``."""
+        key = (size_class(max(nbytes, 4), self._max_buffer_size), int(usage))
+        free = self._idle[key]
+        if free:
+            self.reused += 1
+            self.idle_bytes -= key[0]
+            return free.pop()
+        self.created += 1
+        return self._device.create_buffer(size=key[0], usage=usage)
+
+    def release(self, buf: wgpu.GPUBuffer) -> None:
+        """Return a buffer; kept for reuse within the bounds, destroyed otherwise."""
+        key = (buf.size, int(buf.usage))
+        free = self._idle[key]
+        if len(free) < self.max_idle_per_class and self.idle_bytes + buf.size <= self.max_idle_bytes:
+            free.append(buf)
+            self.idle_bytes += buf.size
+        else:
+            buf.destroy()
+
+    def stats(self) -> dict[str, int]:
+        """Idle buffers and bytes, buffers created and reused, and the bounds."""
+        return {
+            "idle_buffers": sum(len(v) for v in self._idle.values()),
+            "idle_bytes": self.idle_bytes,
+            "created": self.created,
+            "reused": self.reused,
+            "max_idle_bytes": self.max_idle_bytes,
+            "max_idle_per_class": self.max_idle_per_class,
+        }
+
+
+class DeviceCache:
+    """Device buffers keyed by content, least recently used evicted beyond the bounds.
+
+    ``trim`` is separate from ``put`` so that nothing a call has recorded is destroyed before
+    the call's command buffer has run: the runtime trims after each call.
+    """
+
+    def __init__(self, max_bytes: int = WEIGHT_CACHE_MAX_BYTES,
+                 max_entries: int = WEIGHT_CACHE_MAX_ENTRIES) -> None:
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self._entries: collections.OrderedDict[tuple, wgpu.GPUBuffer] = collections.OrderedDict()
+        self.nbytes = 0
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple) -> wgpu.GPUBuffer | None:
+        """The buffer cached under ``key`` (now most recently used), or None."""
+        buf = self._entries.get(key)
+        if buf is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._entries.move_to_end(key)
+        return buf
+
+    def put(self, key: tuple, buf: wgpu.GPUBuffer) -> None:
+        """Cache ``buf`` under ``key`` (bounds are enforced by ``trim``)."""
+        self._entries[key] = buf
+        self.nbytes += buf.size
+
+    def trim(self) -> None:
+        """Evict least recently used entries until both bounds hold."""
+        while self._entries and (self.nbytes > self.max_bytes or len(self._entries) > self.max_entries):
+            _, buf = self._entries.popitem(last=False)
+            self.nbytes -= buf.size
+            buf.destroy()
+
+    def stats(self) -> dict[str, int]:
+        """Entries, bytes, hits, misses and the bounds."""
+        return {
+            "entries": len(self._entries),
+            "bytes": self.nbytes,
+            "hits": self.hits,
+            "misses": self.misses,
+            "max_bytes": self.max_bytes,
+            "max_entries": self.max_entries,
+        }

@@ -1,0 +1,50 @@
+"""The ``wgsl`` lowering of the forward primitive: a host callback into ``kernels.forward``.
+
+On the CPU platform the callback is ``jax.experimental.buffer_callback``: it sees XLA's own
+buffers as numpy views (no copy in) and writes the results straight into XLA's output
+buffers. Elsewhere (JAX on a GPU, or a jax without buffer_callback) it is
+``jax.pure_callback``, which copies through the host. The primitive's batching rule folds vmap
+into the batch, so the callback never sees a vmapped axis.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from jaxgru._src import compat
+from jaxgru._src.options import RNNConfig
+from jaxgru._src.webgpu import kernels
+
+
+def _forward_host(cfg: RNNConfig, ensemble: int, residuals: bool, arrays) -> tuple[np.ndarray, ...]:
+    return kernels.forward(cfg, [np.asarray(a) for a in arrays], residuals=residuals, ensemble=ensemble)
+
+
+def make_forward(ctx, cfg: RNNConfig, ensemble: int, residuals: bool):
+    """A jax-traceable function of the operands that runs the WGSL forward on the host.
+
+    Args:
+      ctx: the MLIR lowering context (its platform picks the callback kind; its output avals
+        give the result shapes).
+      cfg, ensemble, residuals: the primitive's static parameters.
+
+    Returns:
+      ``fn(*operands) -> list of outputs``, to be lowered with ``mlir.lower_fun``.
+    """
+    results = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ctx.avals_out)
+    platforms = set(ctx.module_context.platforms)
+    if compat.buffer_callback is not None and platforms == {"cpu"}:
+
+        def in_place(exec_ctx, outs, *args):
+            del exec_ctx
+            for out, value in zip(outs, _forward_host(cfg, ensemble, residuals, args), strict=True):
+                np.asarray(out)[...] = value
+
+        call = compat.buffer_callback(in_place, results)
+        return lambda *ops: list(call(*ops))
+
+    def copied(*args):
+        return _forward_host(cfg, ensemble, residuals, args)
+
+    return lambda *ops: list(jax.pure_callback(copied, results, *ops, vmap_method="sequential"))

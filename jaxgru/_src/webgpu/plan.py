@@ -1,0 +1,263 @@
+"""Shapes, the choice of recurrence variant, and the split of a call into device-sized chunks.
+
+No device objects here: everything is a function of the call's shape and the device limits.
+
+Variant rule (``variant="auto"``): *persistent* when it fits (the H4 = ceil(H/4) invocations of
+one batch-row block fit in a workgroup and two copies of its h fit in workgroup memory) and the
+per-step work is small (``H <= PERSISTENT_MAX_HIDDEN`` and ``N·D·H <= PERSISTENT_MAX_STATE``);
+*stepwise* otherwise. The thresholds were set on lavapipe (software Vulkan, 2 cores) and must
+be re-tuned on a GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jaxgru._src.options import RNNConfig
+
+# "auto" picks the persistent kernel up to this hidden size ...
+PERSISTENT_MAX_HIDDEN = 128
+# ... and this many state elements updated per step (N·D·H). Measured on lavapipe (2 cores,
+# see docs/wgsl.md): persistent won 1.2-1.5x where H <= 64 and N·D·H <= 1024, was within
+# 10% at H = 128 with N <= 8, and lost 10-30% above (N = 64; H >= 256 at any N). On a GPU
+# barriers are cheap and dispatches are not: expect persistent to win far more widely there;
+# re-tune both.
+PERSISTENT_MAX_STATE = 1024
+# Batch rows per invocation (register blocking: each load of R serves this many rows).
+ROWS_PER_INVOCATION = 4
+# Persistent: batch rows per workgroup are chosen to reach about this many invocations ...
+PERSISTENT_TARGET_THREADS = 64
+# ... while keeping at least this many workgroups (rows · directions permitting).
+PERSISTENT_MIN_WORKGROUPS = 4
+# Steps per persistent dispatch: bounds the length of one dispatch (GPU watchdogs).
+PERSISTENT_SEGMENT_STEPS = 256
+# Invocations per workgroup of the stepwise and input-projection kernels.
+STEPWISE_WORKGROUP = 64
+XPROJ_WORKGROUP = 64
+
+VARIANTS = ("auto", "persistent", "stepwise")
+# Storage buffers bound by the recurrence kernels (the WebGPU default limit is 8).
+STORAGE_BUFFERS = 8
+
+_L_BIND = "max-storage-buffer-binding-size"
+_L_BUFFER = "max-buffer-size"
+_L_WGMEM = "max-compute-workgroup-storage-size"
+_L_INVOC = "max-compute-invocations-per-workgroup"
+_L_SIZE_X = "max-compute-workgroup-size-x"
+_L_GRID = "max-compute-workgroups-per-dimension"
+_L_STORAGE = "max-storage-buffers-per-shader-stage"
+
+
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    """Sizes of one ensemble member's call (before chunking) and of its device buffers.
+
+    Attributes:
+      cell, layout: from the call.
+      L, N, I, H, D: steps, batch, input size, hidden size, directions.
+      itemsize: bytes per element of ``ST`` (x, weights, outputs): 2 for f16 storage, else 4.
+      K: residual blocks of H per step (GRU lbr=0: 3, lbr=1: 4, LSTM: 5); 0 without residuals.
+    """
+
+    cell: str
+    layout: int
+    L: int
+    N: int
+    I: int  # noqa: E741
+    H: int
+    D: int
+    itemsize: int
+    K: int
+
+    @property
+    def G(self) -> int:
+        return 3 if self.cell == "gru" else 4
+
+    @property
+    def H4(self) -> int:
+        return -(-self.H // 4)
+
+    @property
+    def HP(self) -> int:
+        return 4 * self.H4
+
+    @property
+    def finals(self) -> int:
+        """Final states returned: Y_h, and Y_c for LSTM."""
+        return 2 if self.cell == "lstm" else 1
+
+    @property
+    def slots(self) -> int:
+        """State slots (see recurrence_common.wgsl): 2 for h, then c or z and r⊙h."""
+        return 3 if self.cell == "lstm" else 4
+
+    def row_bytes(self) -> dict[str, int]:
+        """Bytes per batch row of every per-call device buffer."""
+        L, I, H, D, s = self.L, self.I, self.H, self.D, self.itemsize  # noqa: E741
+        out = {
+            "x": L * I * s,
+            "xp": D * L * self.G * self.HP * 4,
+            "y": L * D * H * s,
+            "yfinal": self.finals * D * H * s,
+            "state": self.slots * D * self.HP * 4,
+        }
+        if self.K:
+            out["res"] = D * L * self.K * H * 4
+        return out
+
+    def weight_bytes(self) -> dict[str, int]:
+        """Bytes of the device copies of the weights."""
+        D, I, G, HP, s = self.D, self.I, self.G, self.HP, self.itemsize  # noqa: E741
+        return {
+            "wt": D * I * G * HP * s, "rt": D * HP * G * HP * s, "xb": D * G * HP * 4, "pr": D * 3 * HP * 4,
+        }
+
+
+def res_width(cfg: RNNConfig) -> int:
+    """Residual blocks of H per step (GRU lbr=0: 3, lbr=1: 4, LSTM: 5), as reference.py."""
+    if cfg.cell == "lstm":
+        return 5
+    return 4 if cfg.linear_before_reset else 3
+
+
+def geometry(cfg: RNNConfig, x_shape: tuple[int, ...], hidden: int, residuals: bool, itemsize: int
+             ) -> Geometry:
+    """The :class:`Geometry` of a call from x's shape (one member) and the hidden size."""
+    L, N = (x_shape[0], x_shape[1]) if cfg.layout == 0 else (x_shape[1], x_shape[0])
+    k = res_width(cfg) if residuals else 0
+    return Geometry(cfg.cell, cfg.layout, L, N, x_shape[2], hidden, cfg.num_directions, itemsize, k)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How a call runs.
+
+    Attributes:
+      variant: "persistent" or "stepwise".
+      nb: batch rows per invocation.
+      bpw: batch rows per workgroup (persistent only, else 0).
+      chunks: batch ranges [n0, n1) run as separate jobs (all in one command buffer).
+      segments: steps ranges [t0, t1) of the persistent dispatches, or one per step.
+    """
+
+    variant: str
+    nb: int
+    bpw: int
+    chunks: tuple[tuple[int, int], ...]
+    segments: tuple[tuple[int, int], ...]
+
+
+def rows_per_invocation(geo: Geometry, limits: dict[str, int] | None = None) -> int:
+    """NB: batch rows per invocation (each load of R serves NB rows)."""
+    nb = max(1, min(ROWS_PER_INVOCATION, geo.N))
+    if limits is not None:  # persistent: NB rows of h must fit in workgroup memory
+        nb = max(1, min(nb, limits[_L_WGMEM] // (2 * geo.HP * 4)))
+    return nb
+
+
+def persistent_rows(geo: Geometry, limits: dict[str, int], nb: int) -> int:
+    """Batch rows per persistent workgroup (a multiple of ``nb``), or 0 when it cannot run.
+
+    One invocation per (NB rows, 4 hidden units); workgroup memory holds two copies of the
+    workgroup's h (double buffer, or h and r⊙h for GRU lbr=0).
+    """
+    threads = min(limits[_L_INVOC], limits[_L_SIZE_X])
+    block_mem = 2 * nb * geo.HP * 4
+    if threads < geo.H4 or block_mem > limits[_L_WGMEM]:
+        return 0
+    blocks_needed = -(-geo.N // nb)
+    blocks = max(1, PERSISTENT_TARGET_THREADS // geo.H4)
+    blocks = min(blocks, threads // geo.H4, limits[_L_WGMEM] // block_mem, blocks_needed)
+    spread = max(1, -(-blocks_needed * geo.D // PERSISTENT_MIN_WORKGROUPS))
+    return max(1, min(blocks, spread)) * nb
+
+
+def choose_variant(geo: Geometry, limits: dict[str, int], variant: str) -> tuple[str, int, int]:
+    """(variant, rows per invocation, rows per workgroup or 0) for a call.
+
+    Raises:
+      ValueError: ``variant="persistent"`` where it cannot run, or an unknown variant.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"jaxgru wgsl: variant must be one of {VARIANTS}; got {variant!r}.")
+    nb = rows_per_invocation(geo, limits)
+    bpw = persistent_rows(geo, limits, nb)
+    if variant == "persistent" and not bpw:
+        raise ValueError(
+            f"jaxgru wgsl: the persistent kernel cannot run hidden_size={geo.H}: it needs "
+            f"{geo.H4} invocations per workgroup (device: {min(limits[_L_INVOC], limits[_L_SIZE_X])}) "
+            f"and {2 * geo.HP * 4} bytes of workgroup memory ({_L_WGMEM}={limits[_L_WGMEM]})."
+        )
+    small = geo.H <= PERSISTENT_MAX_HIDDEN and geo.N * geo.D * geo.H <= PERSISTENT_MAX_STATE
+    if variant == "persistent" or (variant == "auto" and bpw and small):
+        return "persistent", nb, bpw
+    return "stepwise", rows_per_invocation(geo), 0
+
+
+def grid2d(workgroups: int, max_dim: int) -> tuple[int, int]:
+    """A (x, y) grid of at least ``workgroups`` workgroups with x <= ``max_dim``.
+
+    The kernels linearise (x, y) and skip invocations past the end; the planner keeps y within
+    ``max_dim`` too.
+    """
+    gx = max(1, min(workgroups, max_dim))
+    return gx, max(1, -(-workgroups // gx))
+
+
+def _max_rows(geo: Geometry, limits: dict[str, int], variant: str, bpw: int) -> int:
+    """Largest batch chunk every device limit allows; raises naming the limit when < 1."""
+    limit = min(limits[_L_BIND], limits[_L_BUFFER])
+    limit_name = _L_BIND if limits[_L_BIND] <= limits[_L_BUFFER] else _L_BUFFER
+    cap = limit - 4  # room to round byte sizes up to a multiple of 4
+    for name, nbytes in geo.weight_bytes().items():
+        if nbytes > cap:
+            raise ValueError(
+                f"jaxgru wgsl: the device copy of the weights ({name}, {nbytes} bytes) exceeds the "
+                f"device limit {limit_name}={limit}; use backend='xla' for this size."
+            )
+    rows = geo.N
+    for name, per_row in geo.row_bytes().items():
+        if per_row > cap:
+            raise ValueError(
+                f"jaxgru wgsl: one batch row of the {name} buffer needs {per_row} bytes, more than "
+                f"the device limit {limit_name}={limit}; shorten the sequence or use backend='xla'."
+            )
+        rows = min(rows, cap // per_row)
+    max_dim = limits[_L_GRID]
+    grid_threads = max_dim * max_dim * STEPWISE_WORKGROUP
+    per_row_threads = max(geo.D * geo.H4, geo.D * -(-geo.L // 4) * geo.G * geo.H4)
+    if per_row_threads > grid_threads:
+        raise ValueError(
+            f"jaxgru wgsl: one batch row needs more workgroups than {_L_GRID}={max_dim} allows."
+        )
+    rows = min(rows, grid_threads // per_row_threads)
+    if variant == "persistent":
+        rows = min(rows, max_dim * bpw)
+    return max(1, rows)
+
+
+def make_plan(geo: Geometry, limits: dict[str, int], variant: str) -> Plan:
+    """Variant, rows per workgroup, batch chunks and step segments of a call.
+
+    Args:
+      geo: its geometry (one member).
+      limits: device limits (hyphenated names), already lowered by any override.
+      variant: "auto", "persistent" or "stepwise".
+
+    Raises:
+      ValueError: a single batch row or the weights exceed a device limit, the device binds too
+        few storage buffers, or an impossible forced variant.
+    """
+    if limits[_L_STORAGE] < STORAGE_BUFFERS:
+        raise ValueError(
+            f"jaxgru wgsl: the recurrence kernels bind {STORAGE_BUFFERS} storage buffers; the device "
+            f"allows {_L_STORAGE}={limits[_L_STORAGE]}. Use backend='xla'."
+        )
+    variant, nb, bpw = choose_variant(geo, limits, variant)
+    rows = _max_rows(geo, limits, variant, bpw)
+    count = -(-geo.N // rows)
+    size = -(-geo.N // count)  # balanced chunks
+    chunks = tuple((n0, min(geo.N, n0 + size)) for n0 in range(0, geo.N, size))
+    step = PERSISTENT_SEGMENT_STEPS if variant == "persistent" else 1
+    segments = tuple((t0, min(geo.L, t0 + step)) for t0 in range(0, geo.L, step))
+    return Plan(variant, nb, bpw, chunks, segments)

@@ -1,0 +1,73 @@
+"""WGSL sources: where they live, how a module is assembled, and each kernel's binding table."""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+
+from jaxgru._src.activations import NAMES, Activation
+
+# Binding types of the host-side layouts: the contract with the tables at the top of each
+# .wgsl file.
+RO, RW, UNIFORM, UNIFORM_DYNAMIC = "read-only-storage", "storage", "uniform", "uniform-dynamic"
+
+# binding number -> type, per kernel family (see the .wgsl headers).
+BINDINGS: dict[str, dict[int, str]] = {
+    "xproj": {0: RO, 1: RO, 2: RO, 3: RW, 4: UNIFORM},
+    "recurrence": {
+        0: RO, 1: RO, 2: RO, 3: RO, 4: RW, 5: RW, 6: RW, 7: RW, 8: UNIFORM, 9: UNIFORM_DYNAMIC,
+    },
+}
+
+# kernel file -> its binding family
+FAMILY = {"xproj": "xproj", "gru": "recurrence", "lstm": "recurrence"}
+
+
+def wgsl_dir() -> pathlib.Path:
+    """The directory of the .wgsl files: ``jaxgru/wgsl`` in a wheel, ``wgsl/`` in a checkout.
+
+    Raises:
+      FileNotFoundError: neither exists (a broken install).
+    """
+    package = pathlib.Path(__file__).resolve().parents[2]  # .../jaxgru
+    for candidate in (package / "wgsl", package.parent / "wgsl"):
+        if (candidate / "xproj.wgsl").is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"jaxgru: the WGSL kernels are missing (looked in {package / 'wgsl'} and "
+        f"{package.parent / 'wgsl'}); reinstall jaxgru."
+    )
+
+
+@functools.cache
+def _read(name: str) -> str:
+    return (wgsl_dir() / f"{name}.wgsl").read_text(encoding="utf-8")
+
+
+def activation_switch() -> str:
+    """``fn act(kind, x, A, B)``: one case per ONNX activation, from activations.py."""
+    cases = "".join(
+        f"    case {i}u: {{ return {Activation(name).wgsl()}; }}\n" for i, name in enumerate(NAMES)
+    )
+    return (
+        "\n// generated from jaxgru/_src/activations.py (case = Activation.kind_id)\n"
+        "fn act(kind: u32, x: f32, A: f32, B: f32) -> f32 {\n"
+        f"  switch kind {{\n{cases}    default: {{ return x; }}\n  }}\n}}\n"
+    )
+
+
+@functools.cache
+def source(kernel: str, storage: str) -> str:
+    """The full WGSL module text of a kernel file for a storage type.
+
+    Args:
+      kernel: "xproj", "gru" or "lstm".
+      storage: "f32" or "f16" (the element type ``ST`` of x, weights and outputs).
+
+    Returns:
+      The module source.
+    """
+    header = ("enable f16;\n" if storage == "f16" else "") + f"alias ST = {storage};\n"
+    if FAMILY[kernel] == "xproj":
+        return header + _read(kernel)
+    return header + _read("recurrence_common") + activation_switch() + _read(kernel)

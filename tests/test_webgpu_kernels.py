@@ -1,0 +1,377 @@
+"""The WGSL kernels (jaxgru._src.webgpu) against the lax.scan ground truth, reference.forward."""
+
+from __future__ import annotations
+
+import threading
+
+import jax
+import ml_dtypes
+import numpy as np
+import pytest
+import wgsl_support
+
+from jaxgru._src import reference
+from jaxgru._src.activations import NAMES, Activation
+from jaxgru._src.options import DEFAULT_ACTIVATIONS, RNNConfig
+from jaxgru._src.webgpu import counters, kernels, plan, runtime, shaders
+
+pytestmark = pytest.mark.wgsl
+
+SIG, TANH = Activation("Sigmoid"), Activation("Tanh")
+CELLS = {  # name -> (cell, extra options)
+    "gru": ("gru", {}),
+    "gru_lbr": ("gru", {"linear_before_reset": True}),
+    "lstm": ("lstm", {"peepholes": True}),
+}
+BOTH = ("persistent", "stepwise")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def adapter():
+    return wgsl_support.require_adapter()
+
+
+# --------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------
+def make_cfg(cell: str, direction: str = "forward", acts=None, **options) -> RNNConfig:
+    d = 2 if direction == "bidirectional" else 1
+    if acts is None:
+        acts = tuple(tuple(Activation(n) for n in DEFAULT_ACTIVATIONS[cell]) for _ in range(d))
+    return RNNConfig(cell=cell, direction=direction, activations=acts, **options)
+
+
+def make_operands(cfg: RNNConfig, L=5, N=4, I=3, H=6, *, lens=None, scale=0.5, seed=0,
+                  dtype=np.float32) -> list[np.ndarray]:
+    """Random operands (all present) in the user layout; lens all L unless given."""
+    rng = np.random.default_rng(seed)
+    d, g = cfg.num_directions, cfg.num_gates
+    f = lambda *s: (rng.standard_normal(s) * scale).astype(dtype)
+    state = (d, N, H) if cfg.layout == 0 else (N, d, H)
+    x = f(L, N, I) * 2 if cfg.layout == 0 else f(N, L, I) * 2
+    ops = [x, f(d, g * H, I), f(d, g * H, H), f(d, 2 * g * H)]
+    if cfg.cell == "lstm":
+        ops.append(f(d, 3 * H))
+    ops.append(f(*state))
+    if cfg.cell == "lstm":
+        ops.append(f(*state))
+    ops.append(np.full(N, L, np.int32) if lens is None else np.asarray(lens, np.int32))
+    return ops
+
+
+_REF = jax.jit(reference.forward, static_argnums=0, static_argnames="residuals")
+
+
+def ref_forward(cfg: RNNConfig, ops, residuals: bool) -> list[np.ndarray]:
+    return [np.asarray(a) for a in _REF(cfg, *ops, residuals=residuals)]
+
+
+def assert_close(cfg, ops, got, want, *, residuals, atol=1e-5, rtol=1e-4):
+    assert len(got) == len(want)
+    n_out = len(want) - residuals
+    for i in range(n_out):
+        assert got[i].shape == want[i].shape and got[i].dtype == want[i].dtype, i
+        np.testing.assert_allclose(got[i].astype(np.float32), want[i].astype(np.float32),
+                                   atol=atol, rtol=rtol, err_msg=f"output {i}")
+    if residuals:  # only valid steps (t < len) are specified
+        res, ref = got[-1], want[-1]
+        assert res.shape == ref.shape and res.dtype == np.float32
+        length = res.shape[1]
+        valid = np.arange(length)[:, None] < ops[-1][None, :]  # [L, N]
+        np.testing.assert_allclose(res[:, valid], ref[:, valid], atol=atol, rtol=rtol, err_msg="res")
+
+
+def check(cfg, ops, *, residuals=True, variant="auto", **tol) -> tuple[np.ndarray, ...]:
+    got = kernels.forward(cfg, ops, residuals=residuals, variant=variant)
+    assert_close(cfg, ops, got, ref_forward(cfg, ops, residuals), residuals=residuals, **tol)
+    return got
+
+
+def last() -> dict:
+    return counters.counters()["last"]
+
+
+# --------------------------------------------------------------------------------------
+# the feature matrix
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("kind", list(CELLS))
+def test_matches_reference(kind, direction, layout):
+    cell, opts = CELLS[kind]
+    cfg = make_cfg(cell, direction, layout=layout, ragged=True, **opts)
+    ops = make_operands(cfg, lens=[5, 0, 3, 1], seed=layout)
+    for variant in BOTH:
+        check(cfg, ops, variant=variant)
+        assert last()["variant"] == variant
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_activation(name):
+    """Every activation as f, g and h, with alpha/beta, and different per direction."""
+    act = Activation(name, 0.7, 0.2)
+    acts = ((act, TANH, act), (SIG, act, Activation("HardSigmoid", 0.3, 0.6)))
+    cfg = make_cfg("lstm", "bidirectional", acts=acts)
+    check(cfg, make_operands(cfg))
+
+
+def test_gru_activations_per_direction():
+    acts = ((Activation("HardSigmoid", 0.3, 0.4), Activation("Softsign")),
+            (SIG, Activation("ScaledTanh", 1.5, 0.7)))
+    cfg = make_cfg("gru", "bidirectional", acts=acts, linear_before_reset=True, layout=1)
+    check(cfg, make_operands(cfg))
+
+
+@pytest.mark.parametrize("kind", list(CELLS))
+def test_clip(kind):
+    cell, opts = CELLS[kind]
+    cfg = make_cfg(cell, "bidirectional", clip=0.25, **opts)
+    ops = make_operands(cfg, scale=2.0)
+    check(cfg, ops)
+    unclipped = kernels.forward(cfg.replace(clip=None), ops, residuals=False)
+    assert not np.allclose(unclipped[0], kernels.forward(cfg, ops, residuals=False)[0])
+
+
+@pytest.mark.parametrize("peepholes", [False, True])
+@pytest.mark.parametrize("input_forget", [False, True])
+def test_lstm_options(peepholes, input_forget):
+    cfg = make_cfg("lstm", "reverse", peepholes=peepholes, input_forget=input_forget, ragged=True)
+    check(cfg, make_operands(cfg, lens=[2, 5, 0, 4]))
+
+
+@pytest.mark.parametrize("variant", BOTH)
+@pytest.mark.parametrize(("kind", "shape"), [
+    ("gru", (1, 1, 1, 1)),
+    ("lstm", (1, 1, 1, 1)),
+    ("gru_lbr", (7, 3, 5, 13)),
+    ("lstm", (3, 11, 2, 17)),
+])
+def test_odd_shapes(kind, shape, variant):
+    cell, opts = CELLS[kind]
+    cfg = make_cfg(cell, "bidirectional", layout=shape[0] % 2, ragged=True, **opts)
+    L, N = shape[:2]
+    lens = np.arange(N) % (L + 1)
+    check(cfg, make_operands(cfg, *shape, lens=lens), variant=variant)
+
+
+def test_empty_sequence():
+    cfg = make_cfg("lstm", "bidirectional")
+    ops = make_operands(cfg, L=0)
+    y, y_h, y_c, res = kernels.forward(cfg, ops, residuals=True)
+    assert y.shape == (0, 2, 4, 6) and res.shape == (2, 0, 4, 30)
+    np.testing.assert_array_equal(y_h, ops[5])
+    np.testing.assert_array_equal(y_c, ops[6])
+
+
+def test_weights_are_never_stale():
+    cfg = make_cfg("gru", "forward")
+    ops = make_operands(cfg)
+    check(cfg, ops)
+    ops[2] += 0.25  # same shape, same buffer, new values
+    ops[3][0, :3] = 1.0
+    check(cfg, ops)
+
+
+# --------------------------------------------------------------------------------------
+# dtypes
+# --------------------------------------------------------------------------------------
+def _cast(ops, dtype):
+    return [a.astype(dtype) if a.dtype == np.float32 else a for a in ops]
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_float16(kind):
+    if not runtime.runtime().has_f16:
+        pytest.skip("the adapter has no shader-f16")
+    cell, opts = CELLS[kind]
+    cfg = make_cfg(cell, "bidirectional", ragged=True, layout=1, **opts)
+    ops = _cast(make_operands(cfg, lens=[5, 2, 0, 4]), np.float16)
+    check(cfg, ops, atol=2e-3, rtol=2e-3)
+
+
+def test_float16_without_shader_f16(monkeypatch):
+    monkeypatch.setattr(runtime.runtime(), "has_f16", False)
+    cfg = make_cfg("lstm", "forward")
+    check(cfg, _cast(make_operands(cfg), np.float16), atol=2e-3, rtol=2e-3)
+
+
+def test_bfloat16():
+    cfg = make_cfg("gru", "bidirectional", linear_before_reset=True)
+    got = check(cfg, _cast(make_operands(cfg), ml_dtypes.bfloat16), atol=2e-2, rtol=2e-2)
+    assert got[0].dtype == ml_dtypes.bfloat16 and got[-1].dtype == np.float32
+
+
+def test_float64_is_refused():
+    cfg = make_cfg("gru")
+    with pytest.raises(NotImplementedError, match="WGSL has no float64"):
+        kernels.forward(cfg, _cast(make_operands(cfg), np.float64), residuals=False)
+
+
+# --------------------------------------------------------------------------------------
+# ensembles, chunks, limits, variants
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("variant", BOTH)
+def test_ensemble(variant):
+    cfg = make_cfg("lstm", "bidirectional", ragged=True, peepholes=True)
+    members = [make_operands(cfg, lens=[5, 1, 0, 3], seed=s) for s in range(3)]
+    stacked = [np.stack(parts) for parts in zip(*members, strict=True)]
+    got = kernels.forward(cfg, stacked, residuals=True, ensemble=3, variant=variant)
+    assert last()["submits"] == 1
+    for e, ops in enumerate(members):
+        assert_close(cfg, ops, [g[e] for g in got], ref_forward(cfg, ops, True), residuals=True)
+
+
+@pytest.mark.parametrize("variant", BOTH)
+def test_chunks_over_the_batch(variant):
+    cfg = make_cfg("gru", "bidirectional", layout=0, ragged=True)
+    ops = make_operands(cfg, N=7, lens=[5, 4, 0, 2, 5, 1, 3])
+    geo = plan.geometry(cfg, ops[0].shape, 6, True, 4)
+    limit = 2 * max(geo.row_bytes().values()) + 16  # two batch rows fit, three do not
+    with runtime.limit_override(max_storage_buffer_binding_size=limit):
+        check(cfg, ops, variant=variant)
+        assert last()["submits"] == 1
+        limits = {k: runtime.runtime().limit(k) for k in runtime.runtime().limits}
+        chunks = plan.make_plan(geo, limits, variant).chunks
+    assert len(chunks) == 4 and chunks[0] == (0, 2) and chunks[-1][1] == 7
+
+
+def test_workgroups_per_dimension_limit():
+    cfg = make_cfg("lstm", "forward", layout=1)
+    ops = make_operands(cfg, L=6, N=9, H=16)
+    with runtime.limit_override(max_compute_workgroups_per_dimension=2):  # 2-D grids, chunks
+        check(cfg, ops, variant="persistent")
+        check(cfg, ops, variant="stepwise")
+
+
+def test_a_row_beyond_the_limit_is_refused():
+    cfg = make_cfg("gru")
+    with (runtime.limit_override(max_storage_buffer_binding_size=64),
+          pytest.raises(ValueError, match="max-storage-buffer-binding-size")):
+        kernels.forward(cfg, make_operands(cfg), residuals=False)
+
+
+def test_persistent_needs_workgroup_memory():
+    cfg = make_cfg("gru", "forward")
+    ops = make_operands(cfg)
+    with runtime.limit_override(max_compute_workgroup_storage_size=16):
+        check(cfg, ops)  # auto falls back to stepwise
+        assert last()["variant"] == "stepwise"
+        with pytest.raises(ValueError, match="workgroup memory"):
+            kernels.forward(cfg, ops, residuals=False, variant="persistent")
+
+
+def test_persistent_segments(monkeypatch):
+    monkeypatch.setattr(plan, "PERSISTENT_SEGMENT_STEPS", 2)
+    cfg = make_cfg("gru", "reverse", ragged=True, linear_before_reset=True)
+    check(cfg, make_operands(cfg, lens=[5, 3, 0, 4]), variant="persistent")
+    assert last()["dispatches"] == 1 + 3  # projection + ceil(5 / 2) segments
+
+
+def test_variant_rule():
+    cfg = make_cfg("gru")
+    limits = dict(runtime.runtime().limits)
+    small = plan.geometry(cfg, (10, 2, 3), 32, False, 4)
+    large = plan.geometry(cfg, (10, 2, 3), plan.PERSISTENT_MAX_HIDDEN + 4, False, 4)
+    assert plan.choose_variant(small, limits, "auto")[0] == "persistent"
+    assert plan.choose_variant(large, limits, "auto")[0] == "stepwise"
+    with pytest.raises(ValueError, match="variant"):
+        plan.choose_variant(small, limits, "fast")
+
+
+# --------------------------------------------------------------------------------------
+# runtime: threads, bounds, counters, device loss, adapters
+# --------------------------------------------------------------------------------------
+def test_concurrent_calls():
+    cfg = make_cfg("lstm", "bidirectional", ragged=True)
+    cases = [make_operands(cfg, lens=[5, 2, 4, 0], seed=s) for s in range(8)]
+    want = [ref_forward(cfg, ops, False) for ops in cases]
+    got, errors = [None] * len(cases), []
+
+    def work(i):
+        try:
+            got[i] = kernels.forward(cfg, cases[i], residuals=False)
+        except Exception as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for ops, g, w in zip(cases, got, want, strict=True):
+        assert_close(cfg, ops, g, w, residuals=False)
+
+
+def test_caches_stay_bounded(monkeypatch):
+    rt = runtime.runtime()
+    monkeypatch.setattr(rt.weights, "max_entries", 6)
+    cfg = make_cfg("gru", "forward")
+    ops = make_operands(cfg)
+    kernels.forward(cfg, ops, residuals=True)
+    before = runtime.stats()
+    for i in range(20):
+        ops[1] = ops[1] + np.float32(0.01 * i)  # new weights every call
+        kernels.forward(cfg, ops, residuals=True)
+    after = runtime.stats()
+    assert after["pool"]["created"] == before["pool"]["created"]  # scratch buffers reused
+    assert after["pool"]["idle_bytes"] <= after["pool"]["max_idle_bytes"]
+    assert after["weights"]["entries"] <= 6
+    assert after["pipelines"] == before["pipelines"]
+
+
+def test_counters():
+    cfg = make_cfg("gru", "bidirectional")  # lbr=0: two stepwise dispatches per step
+    ops = make_operands(cfg, L=5, N=4, H=6)
+    counters.reset_counters()
+    for variant, dispatches in (("stepwise", 1 + 2 * 5), ("persistent", 1 + 1)):
+        kernels.forward(cfg, ops, residuals=False, variant=variant)
+        c = last()
+        assert (c["submits"], c["passes"], c["dispatches"]) == (1, 1, dispatches)
+        assert c["bytes_read_back"] >= (5 * 2 * 4 * 6 + 2 * 4 * 6) * 4
+        assert c["bytes_uploaded"] >= ops[0].nbytes
+    total = counters.counters()["total"]
+    assert (total["calls"], total["submits"], total["dispatches"]) == (2, 2, 13)
+
+
+def test_timestamps():
+    rt = runtime.runtime()
+    if not rt.has_timestamps:
+        pytest.skip("the adapter has no timestamp-query")
+    try:
+        assert runtime.set_timestamps(True)
+        cfg = make_cfg("gru")
+        kernels.forward(cfg, make_operands(cfg), residuals=False)
+        assert last()["gpu_ns"] > 0
+    finally:
+        runtime.set_timestamps(False)
+
+
+def test_device_loss_recovery():
+    cfg = make_cfg("lstm", "forward")
+    ops = make_operands(cfg)
+    check(cfg, ops)
+    old = runtime.runtime()
+    old.device.destroy()
+    check(cfg, ops)
+    assert runtime.runtime() is not old
+
+
+def test_adapters(monkeypatch):
+    infos = runtime.adapters_info()
+    assert infos and sum(i["selected"] for i in infos) == 1
+    assert {"name", "adapter_type", "backend_type", "vendor", "device", "features", "limits"} <= set(infos[0])
+    assert runtime.is_available()
+    monkeypatch.setenv(runtime.ADAPTER_ENV, str(infos[0]["index"]))
+    assert runtime.adapter_status()["adapter"]["index"] == infos[0]["index"]
+    monkeypatch.setenv(runtime.ADAPTER_ENV, "no-such-adapter-xyz")
+    status = runtime.adapter_status()
+    assert not status["available"]
+    assert "apt-get install mesa-vulkan-drivers libvulkan1" in status["error"]
+    assert "no-such-adapter-xyz" in status["error"]
+
+
+def test_wgsl_files_carry_their_binding_table():
+    for path in shaders.wgsl_dir().glob("*.wgsl"):
+        head = path.read_text().split("\n\n")[0]
+        assert head.startswith("//") and "Bindings" in head and "Overrides" in head, path.name

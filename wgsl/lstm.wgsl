@@ -1,0 +1,134 @@
+// lstm.wgsl — ONNX LSTM recurrence (gate order i, o, f, c; peepholes i, o, f), after
+// recurrence_common.wgsl.
+//
+//   a = XP + h·Rᵀ (all biases folded into XP);  a_i += P_i⊙c, a_f += P_f⊙c  (peepholes)
+//   i = f(a_i), f_t = f(a_f) or 1 − i (input_forget), c' = f_t⊙c + i⊙g(a_c)
+//   a_o += P_o⊙c' (the NEW cell state), o = f(a_o), h' = o⊙h(c')  (h(·) is never clipped)
+//   masked steps (t ≥ len) keep h and c, write Y = 0.
+// Residuals (K = 5): a_i, a_o, a_f, a_c (peephole terms included), c'.
+//
+// Bindings: the table in recurrence_common.wgsl (state slots: 0/1 h ping-pong, 2 c; pr = P).
+// Overrides: those of recurrence_common.wgsl, PEEPHOLES and INPUT_FORGET.
+//
+// Entry points (each invocation owns NB batch rows x 4 hidden units of one direction):
+//   lstm_step        stepwise, step sched.t0; D·ceil(N/NB)·H4 invocations
+//   lstm_persistent  workgroup (row block, d) runs steps [sched.t0, sched.t1) with h in `hs`
+
+const G: u32 = 4u;
+override PEEPHOLES: bool = false;
+override INPUT_FORGET: bool = false;
+
+struct HC {
+  h: vec4<f32>,
+  c: vec4<f32>,
+}
+
+// One step of one row from its h·Rᵀ (acc[4·r .. 4·r+3]); writes res and Y and returns the
+// (masked) state to carry.
+fn lstm_cell(d: u32, t: u32, n: u32, j4: u32, len: u32, acc: array<vec4<f32>, 16>, r: u32,
+             prev: HC) -> HC {
+  let tt = time_of(d, t, len);
+  let c = prev.c;
+  var ai = xp4(d, tt, n, 0u, j4) + acc[4u * r];
+  var ao = xp4(d, tt, n, 1u, j4) + acc[4u * r + 1u];
+  var af = xp4(d, tt, n, 2u, j4) + acc[4u * r + 2u];
+  let ac = xp4(d, tt, n, 3u, j4) + acc[4u * r + 3u];
+  if PEEPHOLES {
+    ai += pr4(d, 0u, j4) * c;
+    af += pr4(d, 2u, j4) * c;
+  }
+  let i = f4(d, ai);
+  var fg = 1.0 - i;
+  if !INPUT_FORGET {
+    fg = f4(d, af);
+  }
+  let cn = pad0(j4, fg * c + i * g4(d, ac));
+  if PEEPHOLES {
+    ao += pr4(d, 1u, j4) * cn;
+  }
+  let hn = pad0(j4, f4(d, ao) * h4(d, cn));
+  store_res(d, t, n, 5u, 0u, j4, ai);
+  store_res(d, t, n, 5u, 1u, j4, ao);
+  store_res(d, t, n, 5u, 2u, j4, af);
+  store_res(d, t, n, 5u, 3u, j4, ac);
+  store_res(d, t, n, 5u, 4u, j4, cn);
+  let valid = t < len;
+  store_y(d, tt, n, j4, select(vec4<f32>(0.0), hn, valid));
+  return HC(select(prev.h, hn, valid), select(c, cn, valid));
+}
+
+@compute @workgroup_size(WG_STEP)
+fn lstm_step(
+  @builtin(workgroup_id) wid: vec3<u32>,
+  @builtin(num_workgroups) nwg: vec3<u32>,
+  @builtin(local_invocation_index) lid: u32,
+) {
+  let it = stepwise_item(linear_id(wid, nwg, lid));
+  if !it.ok {
+    return;
+  }
+  let t = sched.t0;
+  let cur = t & 1u;
+  let hb = slot_index(cur, it.d, it.n, 0u);
+  let acc = matvec(it.d, hb, it.rows, it.j4, 0u, 4u);
+  for (var r = 0u; r < NB; r++) {
+    if r < it.rows {
+      let n = it.n + r;
+      let ci = slot_index(2u, it.d, n, it.j4);
+      let prev = HC(state[hb + r * H4 + it.j4], state[ci]);
+      let hc = lstm_cell(it.d, t, n, it.j4, u32(lens[n]), acc, r, prev);
+      state[slot_index(1u - cur, it.d, n, it.j4)] = hc.h;
+      state[ci] = hc.c;
+      if sched.last != 0u {
+        store_final(0u, it.d, n, it.j4, hc.h);
+        store_final(1u, it.d, n, it.j4, hc.c);
+      }
+    }
+  }
+}
+
+@compute @workgroup_size(WG_P)
+fn lstm_persistent(
+  @builtin(workgroup_id) wid: vec3<u32>,
+  @builtin(local_invocation_index) lid: u32,
+) {
+  let it = persistent_item(wid, lid);
+  let half = BPW * H4;
+  let row = (lid / H4) * NB * H4;  // the invocation's first row in each half of hs
+  var hc = array<HC, 4>();
+  var len = array<u32, 4>();
+  for (var r = 0u; r < NB; r++) {
+    if r < it.rows {
+      let n = it.n + r;
+      hc[r] = HC(state[slot_index(0u, it.d, n, it.j4)], state[slot_index(2u, it.d, n, it.j4)]);
+      len[r] = u32(lens[n]);
+      hs[row + r * H4 + it.j4] = hc[r].h;
+    }
+  }
+  workgroupBarrier();
+  for (var t = sched.t0; t < sched.t1; t++) {
+    // hs = [h | h']: read one half, write the other; one barrier per step. c stays in registers.
+    let cur = select(0u, half, ((t - sched.t0) & 1u) == 1u);
+    if it.ok {
+      let acc = matvec(it.d, cur + row, it.rows, it.j4, 0u, 4u);
+      for (var r = 0u; r < NB; r++) {
+        if r < it.rows {
+          hc[r] = lstm_cell(it.d, t, it.n + r, it.j4, len[r], acc, r, hc[r]);
+          hs[half - cur + row + r * H4 + it.j4] = hc[r].h;
+        }
+      }
+    }
+    workgroupBarrier();
+  }
+  for (var r = 0u; r < NB; r++) {
+    if r < it.rows {
+      let n = it.n + r;
+      state[slot_index(0u, it.d, n, it.j4)] = hc[r].h;
+      state[slot_index(2u, it.d, n, it.j4)] = hc[r].c;
+      if sched.last != 0u {
+        store_final(0u, it.d, n, it.j4, hc[r].h);
+        store_final(1u, it.d, n, it.j4, hc[r].c);
+      }
+    }
+  }
+}
