@@ -31,8 +31,13 @@ lint: $(STAMP)
 test: $(STAMP) vulkan lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=15
 
+# e.g. make demo DEMO_ARGS="--steps 300 --seed 1"
 demo: $(STAMP) vulkan
-	$(PY) -m jaxgru demo
+	$(PY) -m jaxgru demo $(DEMO_ARGS)
+
+# The documentation site (mkdocs.yml) into site/: open site/index.html. Warnings are errors.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 bench: $(STAMP) vulkan
 	$(PY) -m jaxgru bench --full

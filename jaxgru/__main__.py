@@ -1,10 +1,9 @@
-"""Command line: ``python -m jaxgru {info,demo} [--help]``."""
+"""Command line: ``python -m jaxgru {info,demo,bench} [--help]``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -34,44 +33,119 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    import jax
-    import jax.numpy as jnp
+    from jaxgru._src import demo
+    from jaxgru._src.webgpu.runtime import WGPUUnavailableError
 
-    import jaxgru
-
-    key = jax.random.key(args.seed)
-    kp, kx = jax.random.split(key)
-    params = jaxgru.init_gru(kp, args.input_size, args.hidden, bidirectional=True)
-    x = jax.random.normal(kx, (args.length, args.batch, args.input_size))
-    lens = jnp.arange(args.batch) % args.length + 1
-
-    @jax.jit
-    def loss(p, x):
-        y, _ = jaxgru.gru(p, x, direction="bidirectional", sequence_lens=lens, linear_before_reset=True)
-        return jnp.mean(y**2)
-
-    t = time.perf_counter()
-    value, grads = jax.value_and_grad(loss)(params, x)
-    jax.block_until_ready(grads)
-    print(f"bidirectional GRU, x {tuple(x.shape)}, ragged lengths: loss {float(value):.6f}, "
-          f"|grad w| {float(jnp.linalg.norm(grads.w)):.6f} (first call with compile {time.perf_counter() - t:.2f}s)")
+    missing = demo.missing_requirements()
+    if missing:
+        print(f"python -m jaxgru demo needs {' and '.join(demo.REQUIRES)}, which jaxgru itself does not "
+              f"require; missing: {', '.join(missing)}. Install them with `pip install "
+              f"{' '.join(demo.REQUIRES)}` (`make demo` does).", file=sys.stderr)
+        return 2
+    cfg = demo.DemoConfig(steps=args.steps, length=args.length, batch=args.batch, hidden=args.hidden,
+                          backend=args.backend, seed=args.seed, sample_length=args.sample_length)
+    try:
+        demo.run(cfg)
+    except WGPUUnavailableError as e:  # --backend wgsl without an adapter: the message says what to do
+        print(e, file=sys.stderr)
+        return 1
     return 0
+
+
+def _benchmarks_dir():
+    """The source checkout's benchmarks/ (the suite's peers are not jaxgru dependencies)."""
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+    return path if (path / "run.py").is_file() else None
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import runpy
+
+    where = _benchmarks_dir()
+    if where is None:
+        print("python -m jaxgru bench runs the suite in benchmarks/ of a source checkout of jaxgru "
+              "(its peers, onnxruntime, torch, flax and equinox, are not jaxgru dependencies); "
+              "none was found next to this installation.", file=sys.stderr)
+        return 2
+    argv = (["--full"] if args.full else []) + (["--only", args.only] if args.only else [])
+    argv += ["--peers", args.peers] if args.peers else []
+    argv += ["--out", args.out] if args.out else []
+    saved = sys.argv
+    sys.argv = [str(where / "run.py"), *argv]
+    try:
+        runpy.run_path(str(where / "run.py"), run_name="__main__")
+    except SystemExit as e:
+        return int(e.code or 0)
+    finally:
+        sys.argv = saved
+    return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}")
+    return value
+
+
+# One function per subcommand: it adds its parser and sets ``fn``, the function that runs it.
+def _add_info(sub) -> None:
+    p = sub.add_parser("info", help="versions, JAX devices, WebGPU adapters, the automatic backend")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(fn=_info)
+
+
+def _add_demo(sub) -> None:
+    from jaxgru._src.demo import DemoConfig
+
+    d = DemoConfig()
+    p = sub.add_parser(
+        "demo", help="train a character-level GRU language model, sample from it, compare backends",
+        description="Train a small character-level GRU language model on Python's documentation "
+        "(pydoc_data.topics) under jax.jit, print text sampled from it, then run the trained model "
+        "on the xla and wgsl backends and print their agreement and timing. Needs optax and tqdm.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--steps", type=_positive, default=d.steps, help="training steps")
+    p.add_argument("--length", type=_positive, default=d.length, help="characters per training sequence")
+    p.add_argument("--batch", type=_positive, default=d.batch, help="sequences per training step")
+    p.add_argument("--hidden", type=_positive, default=d.hidden, help="GRU hidden size")
+    p.add_argument("--backend", choices=("auto", "xla", "wgsl"), default=d.backend,
+                   help="backend for training and sampling")
+    p.add_argument("--seed", type=int, default=d.seed, help="seeds initialisation, batches and the sample")
+    p.add_argument("--sample-length", type=_positive, default=d.sample_length,
+                   help="characters to sample after the prompt")
+    p.set_defaults(fn=_demo)
+
+
+def _add_bench(sub) -> None:
+    p = sub.add_parser(
+        "bench", help="the benchmark suite: jaxgru against onnxruntime, PyTorch, Flax and Equinox",
+        description="Run the benchmark suite of the source checkout (benchmarks/run.py): the quick "
+        "mode (under 2 minutes) by default, every case with --full. Prints a table and writes JSON "
+        "under benchmarks/results/.",
+    )
+    p.add_argument("--full", action="store_true", help="every case (make bench) instead of the quick mode")
+    p.add_argument("--only", default=None, help="only the cases whose name contains this text")
+    p.add_argument("--peers", default=None, help="comma-separated peers to run (default: all available)")
+    p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/bench_{quick,full}.json)")
+    p.set_defaults(fn=_bench)
+
+
+SUBCOMMANDS = (_add_info, _add_demo, _add_bench)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m jaxgru``."""
     parser = argparse.ArgumentParser(prog="python -m jaxgru", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("info", help="versions, JAX devices, WebGPU adapters, the automatic backend")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(fn=_info)
-    p = sub.add_parser("demo", help="a short example run")
-    p.add_argument("--length", type=int, default=50)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--input-size", type=int, default=16)
-    p.add_argument("--hidden", type=int, default=32)
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(fn=_demo)
+    for add in SUBCOMMANDS:
+        add(sub)
     args = parser.parse_args(argv)
     return args.fn(args)
 

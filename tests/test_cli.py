@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ def _run(*args, timeout=300):
                           timeout=timeout, check=False)
 
 
-@pytest.mark.parametrize("cmd", [[], ["info"], ["demo"]])
+@pytest.mark.parametrize("cmd", [[], ["info"], ["demo"], ["bench"]])
 def test_help(cmd):
     out = _run(*cmd, "--help")
     assert out.returncode == 0 and "usage" in out.stdout
@@ -36,3 +37,52 @@ def test_info_text():
 
 def test_unknown_command_fails():
     assert _run("frobnicate").returncode != 0
+
+
+def test_demo_help_lists_its_flags():
+    out = _run("demo", "--help")
+    for flag in ("--steps", "--length", "--hidden", "--backend", "--seed", "--sample-length", "--batch"):
+        assert flag in out.stdout
+    assert "{auto,xla,wgsl}" in out.stdout
+
+
+@pytest.mark.parametrize("flags", [["--steps", "0"], ["--backend", "cuda"], ["--hidden", "x"]])
+def test_demo_rejects_bad_flags(flags):
+    out = _run("demo", *flags)
+    assert out.returncode == 2 and "error" in out.stderr
+
+
+def test_demo_runs_with_tiny_flags():
+    out = _run("demo", "--steps", "3", "--length", "8", "--batch", "2", "--hidden", "8", "--sample-length", "5",
+               "--backend", "xla", "--seed", "7")
+    assert out.returncode == 0, out.stderr
+    assert "loss: " in out.stdout and "sample (seed 7" in out.stdout
+    assert "agreement: max |xla - wgsl|" in out.stdout or "wgsl: skipped" in out.stdout
+
+
+def test_demo_without_optax_says_what_to_install():
+    code = ("import sys; sys.modules['optax'] = None; from jaxgru.__main__ import main; "
+            "sys.exit(main(['demo']))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 2
+    assert "missing: optax" in out.stderr and "pip install optax tqdm" in out.stderr
+
+
+def test_demo_on_wgsl_without_an_adapter_says_how_to_get_one():
+    out = subprocess.run([sys.executable, "-m", "jaxgru", "demo", "--backend", "wgsl", "--steps", "1"],
+                         capture_output=True, text=True, timeout=120, check=False,
+                         env={**os.environ, "JAXGRU_WGPU_ADAPTER": "no-such-adapter"})
+    assert out.returncode == 1
+    assert "no usable WebGPU adapter" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_bench_runs_a_case_against_a_peer(tmp_path):
+    out_file = tmp_path / "bench.json"
+    out = _run("bench", "--only", "gru-forward-uni L=100 N=1", "--peers", "jaxgru-xla,onnxruntime",
+               "--out", str(out_file))
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = json.loads(out_file.read_text())
+    (row,) = data["rows"]
+    assert set(row["median_s"]) == {"jaxgru-xla", "onnxruntime"}
+    assert row["agreement"]["onnxruntime"] < 1e-4  # the same layer, checked before timing
+    assert data["limits"]["sgemm_gflops"]["peak"] > 0 and row["roofline_s"] > 0

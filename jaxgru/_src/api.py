@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -334,7 +335,7 @@ def _cell_inputs(fname, params, x_t, states):
     return x_t[None]
 
 
-def gru_cell(params: GRUParams, x_t: jax.Array, h: jax.Array, **options) -> jax.Array:
+def gru_cell(params: GRUParams, x_t: jax.Array, h: jax.Array, **options: Any) -> jax.Array:
     """One GRU time step (D = 1).
 
     Args:
@@ -357,7 +358,7 @@ def gru_cell(params: GRUParams, x_t: jax.Array, h: jax.Array, **options) -> jax.
 
 
 def lstm_cell(
-    params: LSTMParams, x_t: jax.Array, h: jax.Array, c: jax.Array, **options
+    params: LSTMParams, x_t: jax.Array, h: jax.Array, c: jax.Array, **options: Any
 ) -> tuple[jax.Array, jax.Array]:
     """One LSTM time step (D = 1).
 
@@ -441,7 +442,7 @@ def _stack(cell, fname, layers, x, states, options):
 
 
 def gru_stack(
-    layers: Sequence[GRUParams], x: jax.Array, *, initial_h: jax.Array | None = None, **options
+    layers: Sequence[GRUParams], x: jax.Array, *, initial_h: jax.Array | None = None, **options: Any
 ) -> tuple[jax.Array, jax.Array]:
     """A multi-layer GRU: layer k+1 reads layer k's outputs, directions side by side.
 
@@ -465,7 +466,7 @@ def lstm_stack(
     *,
     initial_h: jax.Array | None = None,
     initial_c: jax.Array | None = None,
-    **options,
+    **options: Any,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """A multi-layer LSTM: layer k+1 reads layer k's outputs, directions side by side.
 

@@ -91,7 +91,7 @@ def resolve(backend: str, fname: str, dtype=np.float32) -> str:
         if not status["available"]:
             from jaxgru._src.webgpu.runtime import WGPUUnavailableError
 
-            raise WGPUUnavailableError(f"{fname}, backend='wgsl': {status['error']}")
+            raise WGPUUnavailableError(f"{fname}, backend='wgsl': {status['reason']}")
     return backend
 
 

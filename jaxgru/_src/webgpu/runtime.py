@@ -53,6 +53,7 @@ class WGPUUnavailableError(RuntimeError):
     """No usable WebGPU adapter; the message says how to get one."""
 
     def __init__(self, reason: str) -> None:
+        self.reason = reason
         super().__init__(f"jaxgru: no usable WebGPU adapter ({reason}). {_HOW_TO}")
 
 
@@ -134,14 +135,15 @@ def adapter_status() -> dict:
     """Whether a usable adapter exists and which one jaxgru uses.
 
     Returns:
-      ``{"available": bool, "adapter": dict | None, "error": str | None}``; ``adapter`` is the
-      chosen entry of :func:`adapters_info`, ``error`` the :class:`WGPUUnavailableError` text.
+      ``{"available": bool, "adapter": dict | None, "error": str | None, "reason": str | None}``;
+      ``adapter`` is the chosen entry of :func:`adapters_info`, ``error`` the
+      :class:`WGPUUnavailableError` text and ``reason`` its short cause.
     """
     try:
         records = [_describe(i, a) for i, a in enumerate(_enumerate())]
-        return {"available": True, "adapter": _choose(records), "error": None}
+        return {"available": True, "adapter": _choose(records), "error": None, "reason": None}
     except WGPUUnavailableError as e:
-        return {"available": False, "adapter": None, "error": str(e)}
+        return {"available": False, "adapter": None, "error": str(e), "reason": e.reason}
 
 
 def is_available() -> bool:

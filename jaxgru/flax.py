@@ -1,0 +1,357 @@
+"""Flax NNX modules around ``jaxgru.gru_stack`` and ``jaxgru.lstm_stack``.
+
+``jaxgru.flax.GRU`` and ``jaxgru.flax.LSTM`` hold one ``LayerWeights`` per layer, whose
+``nnx.Param`` attributes ``w``, ``r``, ``b`` (and ``p``, LSTM peepholes, when present) are
+jaxgru's ONNX layout. Calling a module calls the stack function with its options, so it works
+under ``nnx.jit``, ``nnx.grad``, ``nnx.vmap`` and ``nnx.Optimizer`` like any NNX module.
+Needs flax (``pip install jaxgru[flax]``); ``import jaxgru`` does not import it.
+
+Shapes are ONNX's: ``x [L, N, I]`` (layout 0) or ``[N, L, I]`` (layout 1); ``y [L, D, N, H]``
+or ``[N, L, D, H]`` (the last layer, directions apart); states ``[num_layers*D, N, H]`` or
+``[N, num_layers*D, H]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxgru._src import api
+from jaxgru._src.modules import check_converted, check_size, stack_options, static_tuple
+from jaxgru._src.params import GRUParams, LSTMParams, init_gru, init_lstm
+
+__all__ = ["GRU", "LSTM", "LayerWeights"]
+
+Params = GRUParams | LSTMParams
+
+
+class LayerWeights(nnx.Module):
+    """One layer's weights as ``nnx.Param``, in jaxgru's (ONNX) layout.
+
+    Attributes ``w``, ``r``, ``b`` and ``p`` are ``nnx.Param`` or ``None`` (no bias / no
+    peepholes), with the fields and shapes of ``jaxgru.GRUParams`` / ``jaxgru.LSTMParams``.
+
+    Args:
+      params: the layer's ``jaxgru.GRUParams`` or ``jaxgru.LSTMParams``.
+
+    Example:
+      >>> import jax, jaxgru
+      >>> from jaxgru.flax import LayerWeights
+      >>> weights = LayerWeights(jaxgru.init_gru(jax.random.key(0), 3, 5))
+      >>> weights.w.shape, weights.params().b.shape
+      ((1, 15, 3), (1, 30))
+    """
+
+    def __init__(self, params: Params) -> None:
+        if not isinstance(params, (GRUParams, LSTMParams)):
+            raise TypeError(f"jaxgru.flax.LayerWeights: params must be jaxgru.GRUParams or jaxgru.LSTMParams; "
+                            f"got {type(params).__name__}.")
+        self.cell = "gru" if isinstance(params, GRUParams) else "lstm"
+        for name, value in zip(params._fields, params):
+            setattr(self, name, None if value is None else nnx.Param(jnp.asarray(value)))
+
+    def params(self) -> Params:
+        """The weights' current values as ``jaxgru.GRUParams`` / ``jaxgru.LSTMParams``."""
+        cls = GRUParams if self.cell == "gru" else LSTMParams
+        return cls(*(None if getattr(self, f) is None else getattr(self, f)[...] for f in cls._fields))
+
+
+class _Stack(nnx.Module):
+    """What GRU and LSTM share: construction, the options of the stack call, from_params."""
+
+    _cell: str
+    _flag: str  # the cell's own boolean option
+
+    def _setup(self, input_size, hidden_size, num_layers, bidirectional, layout, flag, activations,
+               activation_alpha, activation_beta, clip, backend, dtype, param_dtype, rngs) -> None:
+        fname = f"jaxgru.flax.{type(self).__name__}"
+        self.input_size = check_size(fname, "input_size", input_size)
+        self.hidden_size = check_size(fname, "hidden_size", hidden_size)
+        self.num_layers = check_size(fname, "num_layers", num_layers)
+        self.bidirectional = bool(bidirectional)
+        self.layout = layout
+        setattr(self, self._flag, flag)
+        self.activations = static_tuple(activations)
+        self.activation_alpha = static_tuple(activation_alpha)
+        self.activation_beta = static_tuple(activation_beta)
+        self.clip = clip
+        self.backend = backend
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        # validate every option now rather than at the first call
+        api.make_config(self._cell, fname, **self._options(), **{self._flag: flag})
+        init = init_gru if self._cell == "gru" else init_lstm
+        d = 2 if self.bidirectional else 1
+        self.layers = nnx.List([
+            LayerWeights(init(rngs.params(), self.input_size if k == 0 else d * self.hidden_size,
+                              self.hidden_size, bidirectional=self.bidirectional, dtype=param_dtype))
+            for k in range(self.num_layers)
+        ])
+
+    def _options(self) -> dict:
+        return stack_options(self)
+
+    def layer_params(self) -> list[Params]:
+        """The current weights, one ``jaxgru.GRUParams`` / ``LSTMParams`` per layer.
+
+        Returns:
+          What ``jaxgru.gru_stack`` / ``lstm_stack`` take as ``layers``.
+        """
+        return [layer.params() for layer in self.layers]
+
+    def _run(self, x, states, sequence_lens):
+        layers = self.layer_params()
+        if self.dtype is not None:
+            cast = lambda a: None if a is None else jnp.asarray(a).astype(self.dtype)
+            x = cast(x)
+            layers = [jax.tree.map(cast, p) for p in layers]
+            states = {k: cast(v) for k, v in states.items()}
+        stack = api.gru_stack if self._cell == "gru" else api.lstm_stack
+        return stack(layers, x, **states, sequence_lens=sequence_lens, **self._options(),
+                     **{self._flag: getattr(self, self._flag)})
+
+    @classmethod
+    def _from_params(cls, layers: Sequence[Params], options: dict) -> _Stack:
+        fname = f"jaxgru.flax.{cls.__name__}.from_params"
+        d, options = check_converted(fname, cls._cell, layers, options)
+        w0 = jnp.asarray(layers[0].w)
+        module = cls(w0.shape[-1], jnp.shape(layers[0].r)[-1], num_layers=len(layers),
+                     bidirectional=d == 2, param_dtype=w0.dtype, rngs=nnx.Rngs(0), **options)
+        module.layers = nnx.List([LayerWeights(p) for p in layers])
+        return module
+
+
+class GRU(_Stack):
+    """A multi-layer GRU (the ONNX ``GRU`` operator per layer) as a Flax NNX module.
+
+    The weights are ``self.layers[k].w`` / ``.r`` / ``.b`` (``nnx.Param``, gates z, r, h,
+    initialised like PyTorch from ``rngs.params()``); layer k > 0 reads layer k-1's outputs
+    with the directions side by side (input size ``D * hidden_size``).
+
+    Args:
+      input_size: I, the number of input features.
+      hidden_size: H, the number of hidden units.
+      num_layers: stacked layers.
+      bidirectional: run each layer in both directions (D = 2).
+      layout: 0 (time-major ``[L, N, I]``) or 1 (batch-major ``[N, L, I]``).
+      linear_before_reset: apply the reset gate after the recurrent matmul (PyTorch's and
+        Keras' formula); False is the ONNX default.
+      activations: 2 names per direction (f, g); default ("Sigmoid", "Tanh") per direction.
+      activation_alpha: alpha values of the activations, as in ``jaxgru.gru``.
+      activation_beta: beta values of the activations, as in ``jaxgru.gru``.
+      clip: clamp every activation input into ``[-clip, clip]``; None for no clipping.
+      backend: "auto", "xla" or "wgsl".
+      dtype: cast inputs, weights and states to this dtype before the call (the outputs have
+        it); None keeps jaxgru's promotion (outputs in the dtype of ``x``).
+      param_dtype: dtype of the weights.
+      rngs: the ``nnx.Rngs`` whose ``params`` stream initialises the weights.
+
+    Raises:
+      ValueError, TypeError: a bad option, named in the message.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from jaxgru.flax import GRU
+      >>> model = GRU(3, 5, num_layers=2, bidirectional=True, rngs=nnx.Rngs(0))
+      >>> y, h_n = model(jnp.ones((7, 2, 3)), sequence_lens=jnp.array([7, 4]))
+      >>> y.shape, h_n.shape
+      ((7, 2, 2, 5), (4, 2, 5))
+    """
+
+    _cell = "gru"
+    _flag = "linear_before_reset"
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        num_layers: int = 1,
+        bidirectional: bool = False,
+        layout: int = 0,
+        linear_before_reset: bool = False,
+        activations: Sequence[str] | None = None,
+        activation_alpha: Sequence[float] | None = None,
+        activation_beta: Sequence[float] | None = None,
+        clip: float | None = None,
+        backend: str = "auto",
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        rngs: nnx.Rngs,
+    ) -> None:
+        self._setup(input_size, hidden_size, num_layers, bidirectional, layout, linear_before_reset,
+                    activations, activation_alpha, activation_beta, clip, backend, dtype, param_dtype, rngs)
+
+    def __call__(
+        self, x: jax.Array, initial_state: jax.Array | None = None, sequence_lens: jax.Array | None = None
+    ) -> tuple[jax.Array, jax.Array]:
+        """Run the stack over a sequence.
+
+        Args:
+          x: inputs ``[L, N, I]`` (layout 0) or ``[N, L, I]`` (layout 1).
+          initial_state: ``h_0``, ``[num_layers*D, N, H]`` (layout 0) or ``[N, num_layers*D, H]``
+            (layout 1), layer-major then direction; zeros if None.
+          sequence_lens: ``[N]`` integer lengths in ``[0, L]``; outputs are zero past each
+            length and the final state is the last valid one.
+
+        Returns:
+          ``(y, h_n)``: the last layer's outputs ``[L, D, N, H]`` (layout 0) or ``[N, L, D, H]``
+          (layout 1), and the final states of every layer, shaped like ``initial_state``.
+        """
+        return self._run(x, {"initial_h": initial_state}, sequence_lens)
+
+    @classmethod
+    def from_params(cls, layers: Sequence[GRUParams], **options: Any) -> GRU:
+        """A module holding given weights, e.g. a converter's ``(layers, options)``.
+
+        Args:
+          layers: one ``jaxgru.GRUParams`` per layer (all with biases, or all without).
+          **options: the module's keyword options. The number of directions comes from the
+            weights; a converter's ``direction`` ("forward" or "bidirectional") is accepted in
+            place of ``bidirectional``, so its options pass through unchanged.
+
+        Returns:
+          A ``GRU`` whose ``input_size``, ``hidden_size``, ``num_layers``, direction and
+          ``param_dtype`` are those of ``layers``.
+
+        Raises:
+          TypeError: ``layers`` is not a list of ``GRUParams``.
+          ValueError: a reverse-only direction, layers with different numbers of directions, or
+            a ``direction`` / ``bidirectional`` that disagrees with the weights.
+
+        Example:
+          >>> import torch
+          >>> from jaxgru.interop import from_torch
+          >>> from jaxgru.flax import GRU
+          >>> layers, options = from_torch(torch.nn.GRU(3, 5, num_layers=2))
+          >>> model = GRU.from_params(layers, **options)
+          >>> model.num_layers, model.linear_before_reset
+          (2, True)
+        """
+        return cls._from_params(layers, options)
+
+
+class LSTM(_Stack):
+    """A multi-layer LSTM (the ONNX ``LSTM`` operator per layer) as a Flax NNX module.
+
+    The weights are ``self.layers[k].w`` / ``.r`` / ``.b`` (``nnx.Param``, gates i, o, f, c,
+    initialised like PyTorch from ``rngs.params()``; no peepholes unless loaded with
+    ``from_params``).
+
+    Args:
+      input_size: I, the number of input features.
+      hidden_size: H, the number of hidden units.
+      num_layers: stacked layers.
+      bidirectional: run each layer in both directions (D = 2).
+      layout: 0 (time-major ``[L, N, I]``) or 1 (batch-major ``[N, L, I]``).
+      input_forget: couple the forget gate to the input gate (f = 1 - i).
+      activations: 3 names per direction (f, g, h); default ("Sigmoid", "Tanh", "Tanh").
+      activation_alpha: alpha values of the activations, as in ``jaxgru.lstm``.
+      activation_beta: beta values of the activations, as in ``jaxgru.lstm``.
+      clip: clamp every gate's activation input into ``[-clip, clip]``; None for no clipping.
+      backend: "auto", "xla" or "wgsl".
+      dtype: cast inputs, weights and states to this dtype before the call (the outputs have
+        it); None keeps jaxgru's promotion (outputs in the dtype of ``x``).
+      param_dtype: dtype of the weights.
+      rngs: the ``nnx.Rngs`` whose ``params`` stream initialises the weights.
+
+    Raises:
+      ValueError, TypeError: a bad option, named in the message.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from jaxgru.flax import LSTM
+      >>> model = LSTM(3, 5, layout=1, rngs=nnx.Rngs(0))
+      >>> y, (h_n, c_n) = model(jnp.ones((2, 7, 3)))
+      >>> y.shape, c_n.shape
+      ((2, 7, 1, 5), (2, 1, 5))
+    """
+
+    _cell = "lstm"
+    _flag = "input_forget"
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        num_layers: int = 1,
+        bidirectional: bool = False,
+        layout: int = 0,
+        input_forget: bool = False,
+        activations: Sequence[str] | None = None,
+        activation_alpha: Sequence[float] | None = None,
+        activation_beta: Sequence[float] | None = None,
+        clip: float | None = None,
+        backend: str = "auto",
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        rngs: nnx.Rngs,
+    ) -> None:
+        self._setup(input_size, hidden_size, num_layers, bidirectional, layout, input_forget,
+                    activations, activation_alpha, activation_beta, clip, backend, dtype, param_dtype, rngs)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        initial_state: tuple[jax.Array | None, jax.Array | None] | None = None,
+        sequence_lens: jax.Array | None = None,
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        """Run the stack over a sequence.
+
+        Args:
+          x: inputs ``[L, N, I]`` (layout 0) or ``[N, L, I]`` (layout 1).
+          initial_state: ``(h_0, c_0)``, each ``[num_layers*D, N, H]`` (layout 0) or
+            ``[N, num_layers*D, H]`` (layout 1) or None (zeros); None for both zero.
+          sequence_lens: ``[N]`` integer lengths in ``[0, L]``.
+
+        Returns:
+          ``(y, (h_n, c_n))``: the last layer's outputs ``[L, D, N, H]`` (layout 0) or
+          ``[N, L, D, H]`` (layout 1), and the final hidden and cell states of every layer.
+
+        Raises:
+          TypeError: ``initial_state`` is not a pair.
+        """
+        if initial_state is None:
+            initial_state = (None, None)
+        if not isinstance(initial_state, (tuple, list)) or len(initial_state) != 2:
+            raise TypeError("jaxgru.flax.LSTM: initial_state must be a pair (h_0, c_0) or None; "
+                            f"got {type(initial_state).__name__}.")
+        y, h_n, c_n = self._run(x, {"initial_h": initial_state[0], "initial_c": initial_state[1]},
+                                sequence_lens)
+        return y, (h_n, c_n)
+
+    @classmethod
+    def from_params(cls, layers: Sequence[LSTMParams], **options: Any) -> LSTM:
+        """A module holding given weights, e.g. a converter's ``(layers, options)``.
+
+        Args:
+          layers: one ``jaxgru.LSTMParams`` per layer (peepholes are kept).
+          **options: the module's keyword options. The number of directions comes from the
+            weights; a converter's ``direction`` ("forward" or "bidirectional") is accepted in
+            place of ``bidirectional``, so its options pass through unchanged.
+
+        Returns:
+          An ``LSTM`` whose sizes, direction and ``param_dtype`` are those of ``layers``.
+
+        Raises:
+          TypeError: ``layers`` is not a list of ``LSTMParams``.
+          ValueError: a reverse-only direction, layers with different numbers of directions, or
+            a ``direction`` / ``bidirectional`` that disagrees with the weights.
+
+        Example:
+          >>> import torch
+          >>> from jaxgru.interop import from_torch
+          >>> from jaxgru.flax import LSTM
+          >>> layers, options = from_torch(torch.nn.LSTM(3, 5, bidirectional=True))
+          >>> model = LSTM.from_params(layers, **options)
+          >>> model.bidirectional, model.layers[0].w.shape
+          (True, (2, 20, 3))
+        """
+        return cls._from_params(layers, options)
