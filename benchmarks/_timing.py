@@ -54,8 +54,9 @@ def machine() -> dict:
     }
 
 
-def save(name: str, payload: dict) -> pathlib.Path:
+def save(name: str, payload: dict, path: str | None = None) -> pathlib.Path:
+    """Write ``payload`` with the machine's description as JSON (benchmarks/results/{name}.json)."""
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    path = pathlib.Path(path) if path else RESULTS / f"{name}.json"
     path.write_text(json.dumps({"machine": machine(), **payload}, indent=2) + "\n")
     return path

@@ -170,82 +170,160 @@ class _Prepared:
 
 
 # --------------------------------------------------------------------------------------
-# cell steps (one direction, one time step)
+# the forward's loop: layout plan, cell steps on per-gate arrays
 # --------------------------------------------------------------------------------------
-def _gru_step(cfg, pr, d, x_t, h):
+def plan_for(cell: str, batch: int, hidden: int, residuals: bool) -> tuple[bool, bool]:
+    """(feature_major, hoist) for the forward loop of a shape; measured on XLA:CPU.
+
+    * hoist: X·Wᵀ for all steps as one GEMM per gate before the loop (each gate its own
+      array: a scan input sliced at lane offsets inside a fusion compiles to slow code).
+      Wins at small batch, where re-reading W every step dominates.
+    * feature_major: the state is ``[H, N]`` and the matmul is ``R·hᵀ``, so XLA packs the small
+      state instead of the weights on every step. Wins at batch 1 and for large H.
+    The autodiff residuals are batch-major (the tangent/backward loops are).
+    """
+    if not isinstance(batch, int):  # a symbolic batch (jax.export): plan for a large one
+        batch = 64
+    hoist = batch <= 16 or (cell == "gru" and hidden <= 256 and batch <= 64)
+    feature_major = not residuals and (batch <= 4 or (hidden >= 256 and batch >= 32))
+    return feature_major, hoist
+
+
+class _Orient:
+    """Batch-major (``[N, H]``) or feature-major (``[H, N]``) per-step arrays."""
+
+    def __init__(self, feature_major: bool):
+        self.fm = feature_major
+        self.axis = 0 if feature_major else -1
+
+    def gates(self, a, k):
+        return jnp.split(a, k, axis=self.axis)
+
+    def cat(self, parts):
+        return jnp.concatenate(parts, axis=self.axis)
+
+    def weight(self, m):
+        """A weight block m [K, H] in the layout ``mm`` consumes: prepared once, outside the loop
+        (a transpose inside the loop body is redone on every step)."""
+        return m if self.fm else m.T
+
+    def mm(self, h, m):
+        """h·mᵀ for a prepared weight block: ``m @ h`` feature-major, ``h @ m`` batch-major."""
+        return m @ h if self.fm else h @ m
+
+    def vec(self, v):
+        """A per-feature vector [K] shaped to broadcast over the batch."""
+        return v[:, None] if self.fm else v[None, :]
+
+    def state(self, s):
+        """[N, H] <-> this orientation (the same transpose both ways)."""
+        return s.T if self.fm else s
+
+    def seq(self, a):
+        """[L, N, K] <-> [L, K, N] when feature-major."""
+        return jnp.swapaxes(a, 1, 2) if self.fm else a
+
+
+def _gru_step(cfg, d, o, ax, w_r, rb, h):
+    """One GRU step on per-gate arrays. ``ax``: X·Wᵀ + b per gate (z, r, h); ``w_r``: R
+    prepared by ``o.weight`` (lbr=1) or its (z r, h) row blocks, each prepared (lbr=0)."""
     f, g = cfg.activations[d][0], cfg.activations[d][1]
-    hidden = pr.hidden
-    wb, rb = pr.bias[d]
-    gx = x_t @ pr.wt[d] + wb
     if cfg.linear_before_reset:
-        gh = h @ pr.rt[d] + rb  # H·Rᵀ + Rb, all gates
-        azr = gx[:, : 2 * hidden] + gh[:, : 2 * hidden]
-        lin = gh[:, 2 * hidden :]
-        zr = _act(f, azr, cfg.clip)
-        z, r = zr[:, :hidden], zr[:, hidden:]
-        ah = gx[:, 2 * hidden :] + r * lin  # h~ = g(X·Whᵀ + r ⊙ (H·Rhᵀ + Rbh) + Wbh)
-        res = (azr, ah, lin)
+        gz, gr, lin = o.gates(o.mm(h, w_r) + rb, 3)  # H·Rᵀ + Rb, all gates
+        az, ar = ax[0] + gz, ax[1] + gr
+        r = _act(f, ar, cfg.clip)
+        ah = ax[2] + r * lin  # h~ = g(X·Whᵀ + r ⊙ (H·Rhᵀ + Rbh) + Wbh)
+        res = (az, ar, ah, lin)
     else:
-        azr = gx[:, : 2 * hidden] + h @ pr.rt[d][:, : 2 * hidden]
-        zr = _act(f, azr, cfg.clip)
-        z, r = zr[:, :hidden], zr[:, hidden:]
-        ah = gx[:, 2 * hidden :] + (r * h) @ pr.rt[d][:, 2 * hidden :]  # (r ⊙ H)·Rhᵀ
-        res = (azr, ah)
+        w_zr, w_h = w_r
+        gz, gr = o.gates(o.mm(h, w_zr), 2)
+        az, ar = ax[0] + gz, ax[1] + gr
+        r = _act(f, ar, cfg.clip)
+        ah = ax[2] + o.mm(r * h, w_h)  # h~ = g(X·Whᵀ + (r ⊙ H)·Rhᵀ + b)
+        res = (az, ar, ah)
+    z = _act(f, az, cfg.clip)
     hh = _act(g, ah, cfg.clip)
     return hh + z * (h - hh), res  # H' = (1 − z) ⊙ h~ + z ⊙ H
 
 
-def _lstm_step(cfg, pr, d, x_t, h, c):
+def _lstm_step(cfg, d, o, ax, w_r, peep, h, c):
+    """One LSTM step on per-gate arrays. ``ax``: X·Wᵀ + b per gate (i, o, f, c)."""
     f, g, hact = cfg.activations[d]
-    ai, ao, af, ac = _split(x_t @ pr.wt[d] + h @ pr.rt[d] + pr.bias[d][0], 4)
-    if pr.peep is not None:
-        pi, po, pf = pr.peep[d]
+    ai, ao, af, ac = (a + b for a, b in zip(ax, o.gates(o.mm(h, w_r), 4)))
+    if peep is not None:
+        pi, po, pf = peep
         ai = ai + pi * c
         af = af + pf * c
     i = _act(f, ai, cfg.clip)
     fg = 1 - i if cfg.input_forget else _act(f, af, cfg.clip)
     c_new = fg * c + i * _act(g, ac, cfg.clip)  # C = f ⊙ C' + i ⊙ g(a_c)
-    if pr.peep is not None:
+    if peep is not None:
         ao = ao + po * c_new  # the output gate's peephole sees the new cell state
-    o = _act(f, ao, cfg.clip)
-    h_new = o * hact(c_new)  # onnxruntime does not clip the input of h(C)
+    out = _act(f, ao, cfg.clip)
+    h_new = out * hact(c_new)  # onnxruntime does not clip the input of h(C)
     return h_new, c_new, (ai, ao, af, ac, c_new)
 
 
 # --------------------------------------------------------------------------------------
 # forward
 # --------------------------------------------------------------------------------------
-def forward(cfg: RNNConfig, *operands, residuals: bool = False):
-    """ONNX GRU/LSTM forward. Returns (y, y_h[, y_c]) and, if ``residuals``, res last."""
+def forward(cfg: RNNConfig, *operands, residuals: bool = False, plan: tuple[bool, bool] | None = None):
+    """ONNX GRU/LSTM forward. Returns (y, y_h[, y_c]) and, if ``residuals``, res last.
+
+    ``plan`` = (feature_major, hoist) overrides ``plan_for`` (tests run every variant).
+    """
     pr = _Prepared(cfg, operands)
-    tm, lstm = pr.tm, cfg.cell == "lstm"
+    tm, lstm, n_gates = pr.tm, cfg.cell == "lstm", cfg.num_gates
+    feature_major, hoist = plan or plan_for(cfg.cell, pr.batch, pr.hidden, residuals)
+    o = _Orient(feature_major)
     keep = (lambda res: jnp.concatenate(res, axis=-1)) if residuals else (lambda res: None)
+    # per direction: the input terms (hoisted per gate, or x for the loop), weights in the
+    # layout the loop consumes, biases, peepholes
+    xs, xbias, rbias, peeps, wx, wr = [], [], [], [], [], []
+    for d in pr.dirs:
+        wx.append(o.weight(pr.w[d]))
+        if cfg.cell == "gru" and not cfg.linear_before_reset:
+            wr.append((o.weight(pr.r[d][: 2 * pr.hidden]), o.weight(pr.r[d][2 * pr.hidden :])))
+        else:
+            wr.append(o.weight(pr.r[d]))
+        wb, rb = pr.bias[d]
+        xbias.append(o.gates(o.vec(wb[0]), n_gates))
+        rbias.append(None if rb is None else o.vec(rb[0]))
+        peeps.append(None if pr.peep is None else [o.vec(v[0]) for v in pr.peep[d]])
+        if hoist:  # one GEMM per gate over all steps
+            blocks = jnp.split(pr.w[d], n_gates)
+            xs.append(tuple(o.seq(pr.x[d] @ wg.T) + bg[None] for wg, bg in zip(blocks, xbias[d])))
+        else:
+            xs.append(o.seq(pr.x[d]))
+    mask = None if tm.mask is None else (jnp.swapaxes(tm.mask, 1, 2) if o.fm else tm.mask)
 
     def step(carry, inp):
-        xs, m = inp
+        x_t, m = inp
         new, ys, rs = [], [], []
         for d in pr.dirs:
+            ax = x_t[d] if hoist else [a + b for a, b in zip(o.gates(o.mm(x_t[d], wx[d]), n_gates), xbias[d])]
             if lstm:
                 h, c = carry[d]
-                h_new, c_new, res = _lstm_step(cfg, pr, d, xs[d], h, c)
+                h_new, c_new, res = _lstm_step(cfg, d, o, ax, wr[d], peeps[d], h, c)
                 new.append((tm.select(h_new, h, m), tm.select(c_new, c, m)))
             else:
                 h = carry[d]
-                h_new, res = _gru_step(cfg, pr, d, xs[d], h)
+                h_new, res = _gru_step(cfg, d, o, ax, wr[d], rbias[d], h)
                 new.append(tm.select(h_new, h, m))
             ys.append(tm.zero(h_new, m))
             rs.append(keep(res))
         return tuple(new), (tuple(ys), tuple(rs))
 
-    carry0 = tuple(zip(pr.h0, pr.c0)) if lstm else tuple(pr.h0)
-    last, (ys, rs) = lax.scan(step, carry0, (tuple(pr.x), tm.mask), unroll=pr.unroll)
+    h0 = [o.state(h) for h in pr.h0]
+    carry0 = tuple(zip(h0, [o.state(c) for c in pr.c0])) if lstm else tuple(h0)
+    last, (ys, rs) = lax.scan(step, carry0, (tuple(xs), mask), unroll=pr.unroll)
     out_dtype = operands[0].dtype
-    y = _assemble_y(cfg, [tm.proc(y, d) for d, y in enumerate(ys)])
-    hs = [s[0] for s in last] if lstm else list(last)
+    y = _assemble_y(cfg, [tm.proc(o.seq(y), d) for d, y in enumerate(ys)])
+    hs = [o.state(s[0]) for s in last] if lstm else [o.state(s) for s in last]
     outs = [y, _states(cfg, jnp.stack(hs))]
     if lstm:
-        outs.append(_states(cfg, jnp.stack([s[1] for s in last])))
-    outs = [o.astype(out_dtype) for o in outs]
+        outs.append(_states(cfg, jnp.stack([o.state(s[1]) for s in last])))
+    outs = [a.astype(out_dtype) for a in outs]
     if residuals:
         outs.append(jnp.stack(rs))  # [D, L, N, K]
     return tuple(outs)

@@ -1,0 +1,190 @@
+"""The benchmark suite: jaxgru against every peer, side by side, with the machine's limits.
+
+    python benchmarks/run.py            # quick mode (under 2 minutes)
+    python benchmarks/run.py --full     # every case (make bench)
+
+For each case, every available peer is built (the first call, compile included, is timed
+apart), checked against jaxgru-xla where they share weights, then all peers run interleaved
+for the same number of rounds and the medians are compared. Writes
+benchmarks/results/bench_{quick,full}.json; ``benchmarks/report.py`` turns the full results
+into docs/performance.md and its plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import pathlib
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+
+import numpy as np
+import roofline
+from _timing import interleaved_medians, save
+from cases import FULL, QUICK, Case
+from peers import JaxgruPeer, Unsupported, all_peers, make_data
+
+COMPARED = ("onnxruntime", "torch", "torch-cuda")  # the peers jaxgru must beat (forward)
+
+
+def _memory_mb(peer) -> float | None:
+    """Peak extra memory of a JAX peer's compiled program (temporaries + outputs), in MB."""
+    compiled = getattr(peer, "compiled", None)
+    if compiled is None:
+        return None
+    try:
+        m = compiled.memory_analysis()
+        return (m.temp_size_in_bytes + m.output_size_in_bytes) / 2**20
+    except Exception:  # memory_analysis is best effort on some backends
+        return None
+
+
+def _onnx_y(case: Case, y) -> np.ndarray:
+    """A peer's forward output as ONNX Y [L, D, N, H]."""
+    y = np.asarray(y)
+    if y.ndim == 3:  # torch: [L, N, D*H]
+        y = y.reshape(case.L, case.N, case.D, case.H).transpose(0, 2, 1, 3)
+    return y
+
+
+def _agreement(case, data, built) -> dict:
+    """Max abs difference of the shared-weight peers' forward outputs from jaxgru-xla's."""
+    if case.mode != "forward" or "jaxgru-xla" not in built:
+        return {}
+    ref = JaxgruPeer("xla").function(case, data)(data["params"], data["x"])
+    out = {}
+    for name, peer in built.items():
+        check = getattr(peer, "check", None)
+        if name.startswith("jaxgru") or check is None:
+            continue
+        out[name] = float(np.abs(_onnx_y(case, check()) - np.asarray(ref)).max())
+    return out
+
+
+def run_case(case: Case, peers, repeats: int, budget_s: float) -> dict:
+    data = make_data(case)
+    built, fns, compile_s, memory, skipped = {}, {}, {}, {}, {}
+    for peer in peers:
+        try:
+            t = time.perf_counter()
+            fn = peer.build(case, data)
+            fn()
+            compile_s[peer.name] = time.perf_counter() - t
+            built[peer.name], fns[peer.name] = peer, fn
+            memory[peer.name] = _memory_mb(peer) if peer.is_jax else None
+            peer.compiled = None
+        except Unsupported as e:
+            skipped[peer.name] = str(e)
+    agree = _agreement(case, data, built)
+    # size the rounds to the budget: one warm call of each peer tells the cost of a round
+    t = time.perf_counter()
+    for fn in fns.values():
+        fn()
+    per_round = time.perf_counter() - t
+    rounds = int(min(repeats, max(3, budget_s / max(per_round, 1e-6))))
+    med = interleaved_medians(fns, rounds)
+    return {"case": case.__dict__ | {"name": case.name}, "median_s": med, "compile_s": compile_s,
+            "memory_mb": memory, "skipped": skipped, "agreement": agree, "rounds": rounds}
+
+
+def summarise(rows: list[dict], limits: dict) -> dict:
+    peak, bw = limits["sgemm_gflops"]["peak"], limits["bandwidth_gbs"]
+
+    def geo(values):
+        values = [v for v in values if v]
+        return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+    out = {"forward": {}, "train": {}}
+    for row in rows:
+        case = Case(**{k: v for k, v in row["case"].items() if k != "name"})
+        med = row["median_s"]
+        jx = med.get("jaxgru-xla")
+        row["roofline_s"] = roofline.roofline_seconds(case, peak, bw)
+        row["roofline_fraction"] = row["roofline_s"] / jx if jx else None
+        best = min((v for k, v in med.items() if k in COMPARED), default=None)
+        row["best_compared"] = best
+        row["ratio_vs_best"] = jx / best if (jx and best) else None
+        for peer in ("torch", "flax", "equinox"):
+            if peer in med and jx:
+                row[f"speedup_vs_{peer}"] = med[peer] / jx
+    for mode in ("forward", "train"):
+        sel = [r for r in rows if r["case"]["mode"] == mode]
+        s = out[mode]
+        s["cases"] = len(sel)
+        s["geomean_ratio_vs_best"] = geo([r["ratio_vs_best"] for r in sel])
+        s["cases_slower_than_best"] = sum(1 for r in sel if r["ratio_vs_best"] and r["ratio_vs_best"] > 1)
+        s["geomean_ratio_vs_torch"] = geo([1 / r["speedup_vs_torch"] for r in sel if r.get("speedup_vs_torch")])
+        for peer in ("flax", "equinox"):
+            s[f"geomean_speedup_vs_{peer}"] = geo([r.get(f"speedup_vs_{peer}") for r in sel])
+        big = [r for r in sel if r["case"]["N"] >= 64]
+        s["large_batch_roofline_fraction"] = geo([r["roofline_fraction"] for r in big])
+    return out
+
+
+def table(rows: list[dict], peers: list[str]) -> str:
+    head = ["case", *peers, "roofline", "xla vs best", "of roofline"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        med = r["median_s"]
+        cells = [r["case"]["name"]]
+        cells += [f"{med[p] * 1e3:.2f}" if p in med else "—" for p in peers]
+        cells.append(f"{r['roofline_s'] * 1e3:.2f} ms")
+        cells.append(f"{r['ratio_vs_best']:.2f}" if r.get("ratio_vs_best") else "—")
+        cells.append(f"{r['roofline_fraction']:.0%}" if r.get("roofline_fraction") else "—")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--full", action="store_true", help="every case (default: the quick mode)")
+    ap.add_argument("--repeats", type=int, default=None, help="rounds per case (default 7 quick, 15 full)")
+    ap.add_argument("--budget", type=float, default=None, help="seconds of timed rounds per case")
+    ap.add_argument("--only", default=None, help="run cases whose name contains this text")
+    ap.add_argument("--peers", default=None, help="comma-separated peer names to run")
+    ap.add_argument("--out", default=None, help="write the JSON here instead of benchmarks/results/")
+    args = ap.parse_args(argv)
+    from tqdm import tqdm
+
+    cases = FULL if args.full else QUICK
+    if args.only:
+        cases = [c for c in cases if args.only in c.name]
+    repeats = args.repeats or (15 if args.full else 7)
+    budget = args.budget or (6.0 if args.full else 2.0)
+    peers = []
+    for p in all_peers():
+        why = p.available()
+        if args.peers and p.name not in args.peers.split(","):
+            continue
+        if why is None:
+            peers.append(p)
+        else:
+            print(f"skipping {p.name}: {why}")
+    t0 = time.perf_counter()
+    limits = roofline.measure()
+    print(f"sgemm peak {limits['sgemm_gflops']['peak']:.0f} GFLOP/s (XLA {limits['sgemm_gflops']['xla']:.0f}, "
+          f"numpy {limits['sgemm_gflops']['numpy']:.0f}); memory bandwidth {limits['bandwidth_gbs']:.1f} GB/s")
+    rows = []
+    bar = tqdm(cases, unit="case", dynamic_ncols=True)
+    for case in bar:
+        bar.set_description(case.name[:40])
+        rows.append(run_case(case, peers, repeats, budget))
+    summary = summarise(rows, limits)
+    names = [p.name for p in peers]
+    print(table(rows, names))
+    for mode, s in summary.items():
+        if s["cases"]:
+            print(f"{mode}: " + ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+                                            for k, v in s.items()))
+    payload = {"limits": limits, "peers": names, "rows": rows, "summary": summary, "wall_s": time.perf_counter() - t0}
+    path = save("bench_full" if args.full else "bench_quick", payload, path=args.out)
+    print(f"wrote {path} in {time.perf_counter() - t0:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
