@@ -183,6 +183,7 @@ class TorchPeer(Peer):
 
         if case.mode == "forward":
             def forward():
+                torch.set_flush_denormal(True)  # per call: a long run once lost it (100x slower steps)
                 with torch.inference_mode():
                     run()
                 sync()
@@ -190,6 +191,7 @@ class TorchPeer(Peer):
             return forward
 
         def train():
+            torch.set_flush_denormal(True)
             mod.zero_grad(set_to_none=True)
             y = run()
             (y**2).mean().backward()

@@ -57,10 +57,11 @@ def test_every_loop_layout_matches_onnxruntime(cell, opts, plan):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"output {i}")
 
 
-@pytest.mark.parametrize(("cell", "batch", "hidden"), [("gru", 1, 64), ("lstm", 1, 512), ("gru", 16, 128),
-                                                       ("lstm", 64, 256), ("gru", 64, 1024)])
-def test_plan_rules(cell, batch, hidden):
-    """The measured choices (docs/performance.md): residual runs are always batch-major."""
-    fm, hoist = reference.plan_for(cell, batch, hidden, residuals=False)
-    assert (fm, hoist) == {1: (True, True), 16: (False, True), 64: (True, cell == "gru" and hidden <= 256)}[batch]
+@pytest.mark.parametrize(("cell", "batch", "hidden", "want"), [
+    ("gru", 1, 64, (True, True)), ("lstm", 1, 512, (True, True)), ("gru", 4, 128, (False, True)),
+    ("gru", 16, 128, (False, True)), ("lstm", 64, 256, (False, True)), ("gru", 64, 1024, (True, False)),
+    ("lstm", 16, 512, (True, True)), ("gru", 256, 128, (False, False)), ("lstm", 256, 256, (True, False))])
+def test_plan_rules(cell, batch, hidden, want):
+    """The measured choices (benchmarks/loop_layouts.py): residual runs are always batch-major."""
+    assert reference.plan_for(cell, batch, hidden, residuals=False) == want
     assert reference.plan_for(cell, batch, hidden, residuals=True)[0] is False

@@ -177,15 +177,18 @@ def plan_for(cell: str, batch: int, hidden: int, residuals: bool) -> tuple[bool,
 
     * hoist: X·Wᵀ for all steps as one GEMM per gate before the loop (each gate its own
       array: a scan input sliced at lane offsets inside a fusion compiles to slow code).
-      Wins at small batch, where re-reading W every step dominates.
+      Wins up to batch 64 (H <= 256), where re-reading W every step dominates; loses at 256.
     * feature_major: the state is ``[H, N]`` and the matmul is ``R·hᵀ``, so XLA packs the small
-      state instead of the weights on every step. Wins at batch 1 and for large H.
+      state instead of the weights on every step. Wins at batch 1-2, for H >= 512, and at
+      large batch with H >= 256.
+    The thresholds come from benchmarks/loop_layouts.py (results/loop_layouts.json).
     The autodiff residuals are batch-major (the tangent/backward loops are).
     """
     if not isinstance(batch, int):  # a symbolic batch (jax.export): plan for a large one
         batch = 64
-    hoist = batch <= 16 or (cell == "gru" and hidden <= 256 and batch <= 64)
-    feature_major = not residuals and (batch <= 4 or (hidden >= 256 and batch >= 32))
+    del cell  # the same rules measured best for GRU and LSTM
+    hoist = batch <= 16 or (hidden <= 256 and batch <= 64)
+    feature_major = not residuals and (batch <= 2 or hidden >= 512 or (batch >= 128 and hidden >= 256))
     return feature_major, hoist
 
 
