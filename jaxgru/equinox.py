@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgru._src import api
-from jaxgru._src.modules import check_converted, check_size, stack_options, static_tuple
+from jaxgru._src.modules import check_converted, check_size, lstm_states, stack_options, static_tuple
 from jaxgru._src.params import GRUParams, LSTMParams, init_gru, init_lstm
 
 __all__ = ["GRU", "LSTM"]
@@ -290,13 +290,7 @@ class LSTM(_Stack):
           TypeError: ``initial_state`` is not a pair.
         """
         del key
-        if initial_state is None:
-            initial_state = (None, None)
-        if not isinstance(initial_state, (tuple, list)) or len(initial_state) != 2:
-            raise TypeError("jaxgru.equinox.LSTM: initial_state must be a pair (h_0, c_0) or None; "
-                            f"got {type(initial_state).__name__}.")
-        y, h_n, c_n = self._run(x, {"initial_h": initial_state[0], "initial_c": initial_state[1]},
-                                sequence_lens)
+        y, h_n, c_n = self._run(x, lstm_states("jaxgru.equinox.LSTM", initial_state), sequence_lens)
         return y, (h_n, c_n)
 
     @classmethod

@@ -33,6 +33,16 @@ def stack_options(m: Any) -> dict:
             "activation_beta": m.activation_beta, "clip": m.clip, "backend": m.backend}
 
 
+def lstm_states(fname: str, initial_state: Any) -> dict:
+    """An LSTM module's ``initial_state`` (a pair ``(h_0, c_0)`` or None) as stack keywords."""
+    if initial_state is None:
+        initial_state = (None, None)
+    if not isinstance(initial_state, (tuple, list)) or len(initial_state) != 2:
+        raise TypeError(f"{fname}: initial_state must be a pair (h_0, c_0) or None; "
+                        f"got {type(initial_state).__name__}.")
+    return {"initial_h": initial_state[0], "initial_c": initial_state[1]}
+
+
 def check_converted(fname: str, cell: str, layers: Sequence, options: dict) -> tuple[int, dict]:
     """Validate a converter's ``(layers, options)`` for a module.
 
