@@ -21,8 +21,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxgru._src import api
-from jaxgru._src.modules import check_converted, check_size, lstm_states, stack_options, static_tuple
+from jaxgru._src.modules import check_converted, lstm_states, stack_options, static_tuple
 from jaxgru._src.params import GRUParams, LSTMParams, init_gru, init_lstm
+from jaxgru._src.shapes import check_size
 
 __all__ = ["GRU", "LSTM", "LayerWeights"]
 

@@ -125,3 +125,95 @@ def ort_run(case: Case):
     onnx.checker.check_model(model)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, {n: v for n, v in zip(names, values) if v is not None})
+
+
+# ---- a float64 numpy oracle, written from the ONNX operator definitions -----------------
+# Used where onnxruntime is known to be wrong (its Softplus, log(1 + e^x), overflows above
+# x ≈ 88.7, and the inf spreads through the state). Nothing here comes from jaxgru.
+_NP_ACTS = {  # name: (fn(x, alpha, beta), takes alpha, takes beta, default alpha, default beta)
+    "relu": (lambda x, a, b: np.maximum(x, 0), False, False, 0, 0),
+    "tanh": (lambda x, a, b: np.tanh(x), False, False, 0, 0),
+    "sigmoid": (lambda x, a, b: 0.5 * (1 + np.tanh(x / 2)), False, False, 0, 0),
+    "affine": (lambda x, a, b: a * x + b, True, True, 1.0, 0.0),
+    "leakyrelu": (lambda x, a, b: np.where(x >= 0, x, a * x), True, False, 0.01, 0),
+    "thresholdedrelu": (lambda x, a, b: np.where(x > a, x, 0), True, False, 1.0, 0),
+    "scaledtanh": (lambda x, a, b: a * np.tanh(b * x), True, True, 1.0, 1.0),
+    "hardsigmoid": (lambda x, a, b: np.clip(a * x + b, 0, 1), True, True, 0.2, 0.5),
+    "elu": (lambda x, a, b: np.where(x >= 0, x, a * np.expm1(np.minimum(x, 0))), True, False, 1.0, 0),
+    "softsign": (lambda x, a, b: x / (1 + np.abs(x)), False, False, 0, 0),
+    "softplus": (lambda x, a, b: np.logaddexp(0, x), False, False, 0, 0),
+}
+
+
+def _np_activations(case: Case, per: int, d: int) -> list[list]:
+    """Per direction, the activation functions (alpha/beta bound) in the attribute order."""
+    names = case.attrs.get("activations") or (["Sigmoid", "Tanh"] if per == 2 else ["Sigmoid", "Tanh", "Tanh"]) * d
+    alphas = list(case.attrs.get("activation_alpha", []))
+    betas = list(case.attrs.get("activation_beta", []))
+    fns = []
+    for name in names:
+        fn, ta, tb, da, db = _NP_ACTS[name.lower()]
+        a = alphas.pop(0) if ta and alphas else da
+        b = betas.pop(0) if tb and betas else db
+        fns.append(lambda x, fn=fn, a=a, b=b: fn(x, a, b))
+    return [fns[k * per:(k + 1) * per] for k in range(d)]
+
+
+def numpy_run(case: Case) -> list[np.ndarray]:
+    """The ONNX GRU/LSTM in float64 numpy (layout 0). Rows of length 0 keep their initial state
+    (jaxgru's decision). Returns Y, Y_h[, Y_c] in float64 (inf/NaN where float64 overflows)."""
+    with np.errstate(all="ignore"):
+        return _numpy_run(case)
+
+
+def _numpy_run(case: Case) -> list[np.ndarray]:
+    lstm = case.cell == "lstm"
+    x = case.x.astype(np.float64)
+    length, batch = x.shape[:2]
+    d, hidden = case.w.shape[0], case.r.shape[-1]
+    g = 4 if lstm else 3
+    zeros = np.zeros((d, batch, hidden))
+    b = np.zeros((d, 2 * g * hidden)) if case.b is None else case.b.astype(np.float64)
+    p = np.zeros((d, 3 * hidden)) if case.p is None else case.p.astype(np.float64)
+    h0 = zeros if case.h0 is None else case.h0.astype(np.float64)
+    c0 = zeros if case.c0 is None else case.c0.astype(np.float64)
+    lens = np.full(batch, length) if case.lens is None else case.lens
+    clip = case.attrs.get("clip")
+    cl = (lambda v: v) if clip is None else (lambda v: np.clip(v, -clip, clip))
+    acts = _np_activations(case, 3 if lstm else 2, d)
+    direction = case.attrs.get("direction", "forward")
+    y = np.zeros((length, d, batch, hidden))
+    y_h, y_c = h0.copy(), c0.copy()
+    for k in range(d):
+        reverse = direction == "reverse" or k == 1
+        W = np.split(case.w[k].astype(np.float64), g)
+        R = np.split(case.r[k].astype(np.float64), g)
+        Wb, Rb = np.split(b[k], 2 * g)[:g], np.split(b[k], 2 * g)[g:]
+        for n in range(batch):
+            h, c = h0[k, n], c0[k, n]
+            steps = range(lens[n])
+            for t in (reversed(steps) if reverse else steps):
+                xt = x[t, n]
+                if lstm:
+                    f, gg, hh = acts[k]
+                    pi, po, pf = np.split(p[k], 3)
+                    i = f(cl(xt @ W[0].T + h @ R[0].T + pi * c + Wb[0] + Rb[0]))
+                    if case.attrs.get("input_forget"):
+                        fg = 1 - i
+                    else:
+                        fg = f(cl(xt @ W[2].T + h @ R[2].T + pf * c + Wb[2] + Rb[2]))
+                    c = fg * c + i * gg(cl(xt @ W[3].T + h @ R[3].T + Wb[3] + Rb[3]))
+                    o = f(cl(xt @ W[1].T + h @ R[1].T + po * c + Wb[1] + Rb[1]))
+                    h = o * hh(c)
+                else:
+                    f, gg = acts[k]
+                    z = f(cl(xt @ W[0].T + h @ R[0].T + Wb[0] + Rb[0]))
+                    r = f(cl(xt @ W[1].T + h @ R[1].T + Wb[1] + Rb[1]))
+                    if case.attrs.get("linear_before_reset"):
+                        ht = gg(cl(xt @ W[2].T + r * (h @ R[2].T + Rb[2]) + Wb[2]))
+                    else:
+                        ht = gg(cl(xt @ W[2].T + (r * h) @ R[2].T + Rb[2] + Wb[2]))
+                    h = (1 - z) * ht + z * h
+                y[t, k, n] = h
+            y_h[k, n], y_c[k, n] = h, c
+    return [y, y_h] + ([y_c] if lstm else [])

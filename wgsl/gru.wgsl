@@ -77,7 +77,7 @@ fn gru_gates_zr(
       let len = u32(lens[n]);
       let zr = gru_zr(it.d, t, n, it.j4, time_of(it.d, t, len), acc[4u * r], acc[4u * r + 1u]);
       state[slot_index(2u, it.d, n, it.j4)] = zr.z;
-      state[slot_index(3u, it.d, n, it.j4)] = zr.r * state[hb + r * H4 + it.j4];
+      state[slot_index(3u, it.d, n, it.j4)] = pad0(it.j4, zr.r * state[hb + r * H4 + it.j4]);
     }
   }
 }
@@ -166,7 +166,7 @@ fn gru_persistent(
             let tt = time_of(it.d, t, len[r]);
             let zr = gru_zr(it.d, t, it.n + r, it.j4, tt, acc[4u * r], acc[4u * r + 1u]);
             z[r] = zr.z;
-            hs[half + row + r * H4 + it.j4] = zr.r * h[r];
+            hs[half + row + r * H4 + it.j4] = pad0(it.j4, zr.r * h[r]);
           }
         }
       }

@@ -100,6 +100,18 @@ struct Sched {
 var<workgroup> hs: array<vec4<f32>, HS_LEN>;
 
 // ---- activations (overflow-free helpers used by the generated `act`) ---------------------
+// NaN test on the bits: WGSL's min/max/clamp return the non-NaN operand and compilers may
+// assume `x != x` is false, so NaN is recognised by its exponent and mantissa instead.
+fn is_nan_(x: f32) -> bool {
+  return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
+// `v`, or `x` when `x` is NaN: the activations propagate NaN as jnp's do (clamps would map it
+// to a bound).
+fn keep_nan(x: f32, v: f32) -> f32 {
+  return select(v, x, is_nan_(x));
+}
+
 fn sigmoid_(x: f32) -> f32 {
   let e = exp(-abs(x));
   return select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
@@ -116,7 +128,7 @@ fn softplus_(x: f32) -> f32 {
 
 fn clip_(x: f32) -> f32 {
   if HAS_CLIP {
-    return clamp(x, -CLIP, CLIP);
+    return keep_nan(x, clamp(x, -CLIP, CLIP));
   }
   return x;
 }
@@ -233,8 +245,9 @@ fn matvec(d: u32, hb: u32, rows: u32, j4: u32, g0: u32, ng: u32) -> array<vec4<f
   return acc;
 }
 
+// Padding units read 0: the projection computes them as x·0, which is NaN where x is ±inf.
 fn xp4(d: u32, tt: u32, n: u32, g: u32, j4: u32) -> vec4<f32> {
-  return xp[xp_index(d, tt, n, g, j4)];
+  return pad0(j4, xp[xp_index(d, tt, n, g, j4)]);
 }
 
 fn pr4(d: u32, q: u32, j4: u32) -> vec4<f32> {

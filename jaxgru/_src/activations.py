@@ -23,7 +23,9 @@ class _Kind:
     alpha: float  # default
     beta: float  # default
     fn: Callable[[jax.Array, float, float], jax.Array]
-    wgsl: str  # WGSL expression of `x` (f32), `A` and `B` (f32 constants)
+    # WGSL expression of `x` (f32), `A` and `B` (f32 constants). NaN in, NaN out wherever the
+    # jnp form gives NaN (`keep_nan`): WGSL's max/min/clamp would map a NaN to a bound.
+    wgsl: str
 
 
 def _softplus(x, a, b):
@@ -32,9 +34,14 @@ def _softplus(x, a, b):
 
 
 _KINDS = (
-    _Kind("Relu", False, False, 0.0, 0.0, lambda x, a, b: jnp.maximum(x, 0), "max(x, 0.0)"),
-    _Kind("Tanh", False, False, 0.0, 0.0, lambda x, a, b: jnp.tanh(x), "tanh(clamp(x, -10.0, 10.0))"),
-    _Kind("Sigmoid", False, False, 0.0, 0.0, lambda x, a, b: jax.nn.sigmoid(x), "sigmoid_(x)"),
+    _Kind("Relu", False, False, 0.0, 0.0, lambda x, a, b: jnp.maximum(x, 0), "keep_nan(x, max(x, 0.0))"),
+    _Kind(
+        "Tanh", False, False, 0.0, 0.0, lambda x, a, b: jnp.tanh(x),
+        "keep_nan(x, tanh(clamp(x, -10.0, 10.0)))",
+    ),
+    _Kind(
+        "Sigmoid", False, False, 0.0, 0.0, lambda x, a, b: jax.nn.sigmoid(x), "keep_nan(x, sigmoid_(x))",
+    ),
     _Kind("Affine", True, True, 1.0, 0.0, lambda x, a, b: a * x + b, "A * x + B"),
     _Kind(
         "LeakyRelu", True, False, 0.01, 0.0, lambda x, a, b: jnp.where(x >= 0, x, a * x),
@@ -46,18 +53,18 @@ _KINDS = (
     ),
     _Kind(
         "ScaledTanh", True, True, 1.0, 1.0, lambda x, a, b: a * jnp.tanh(b * x),
-        "A * tanh(clamp(B * x, -10.0, 10.0))",
+        "A * keep_nan(B * x, tanh(clamp(B * x, -10.0, 10.0)))",
     ),
     _Kind(
         "HardSigmoid", True, True, 0.2, 0.5, lambda x, a, b: jnp.clip(a * x + b, 0, 1),
-        "clamp(A * x + B, 0.0, 1.0)",
+        "keep_nan(A * x + B, clamp(A * x + B, 0.0, 1.0))",
     ),
     _Kind(
         "Elu", True, False, 1.0, 0.0, lambda x, a, b: jnp.where(x >= 0, x, a * jnp.expm1(jnp.minimum(x, 0))),
-        "select(A * (exp(min(x, 0.0)) - 1.0), x, x >= 0.0)",
+        "keep_nan(x, select(A * (exp(min(x, 0.0)) - 1.0), x, x >= 0.0))",
     ),
     _Kind("Softsign", False, False, 0.0, 0.0, lambda x, a, b: x / (1 + jnp.abs(x)), "x / (1.0 + abs(x))"),
-    _Kind("Softplus", False, False, 0.0, 0.0, _softplus, "softplus_(x)"),
+    _Kind("Softplus", False, False, 0.0, 0.0, _softplus, "keep_nan(x, softplus_(x))"),
 )
 _BY_NAME = {k.name.lower(): k for k in _KINDS}
 

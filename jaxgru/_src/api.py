@@ -323,8 +323,8 @@ def lstm(
 def _cell_inputs(fname, params, x_t, states):
     x_t = _array(fname, "x_t", x_t)
     shapes.check_rank(fname, "x_t", x_t, 2, "(batch, input_size)")
+    states = [(name, _array(fname, name, s)) for name, s in states]
     for name, s in states:
-        s = _array(fname, name, s)
         shapes.check_rank(fname, name, s, 2, "(batch, hidden)")
     w = _array(fname, "params.w", params.w)
     if len(w.shape) != 3 or w.shape[0] != 1:
@@ -332,6 +332,13 @@ def _cell_inputs(fname, params, x_t, states):
             f"{fname}: params must hold one direction, w of shape (1, gates*hidden, input_size); "
             f"got w of shape {tuple(w.shape)}."
         )
+    # name the cell's own arguments (the layer below would report initial_h / initial_c / x)
+    shapes.check_float(fname, "x_t", x_t)
+    r = _array(fname, "params.r", params.r)
+    for name, s in states:
+        shapes.check_float(fname, name, s)
+        if len(r.shape) == 3:
+            shapes.check_shape(fname, name, s, (x_t.shape[0], r.shape[-1]), "(batch, hidden)")
     return x_t[None]
 
 

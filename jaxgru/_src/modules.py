@@ -12,13 +12,6 @@ import jax.numpy as jnp
 from jaxgru._src.params import GRUParams, LSTMParams
 
 
-def check_size(fname: str, name: str, value: Any) -> int:
-    """A positive int, or ValueError naming the argument."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{fname}: {name} must be a positive int; got {value!r}.")
-    return int(value)
-
-
 def static_tuple(v: Sequence | float | None) -> tuple | float | str | None:
     """Lists as tuples: module options must be hashable (they are static under jit)."""
     if v is None or isinstance(v, (str, numbers.Real)):

@@ -21,8 +21,9 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from jaxgru._src import compat
+from jaxgru._src import compat, shapes
 
 
 class GRUParams(NamedTuple):
@@ -59,20 +60,20 @@ compat.register_export_serialization(GRUParams, "jaxgru.GRUParams")
 compat.register_export_serialization(LSTMParams, "jaxgru.LSTMParams")
 
 
-def _uniform_init(key, gates, input_size, hidden_size, bidirectional, dtype):
-    if not isinstance(input_size, int) or input_size < 1:
-        raise ValueError(f"input_size must be a positive int; got {input_size!r}.")
-    if not isinstance(hidden_size, int) or hidden_size < 1:
-        raise ValueError(f"hidden_size must be a positive int; got {hidden_size!r}.")
+def _uniform_init(fname, key, gates, input_size, hidden_size, bidirectional, dtype):
+    input_size = shapes.check_size(fname, "input_size", input_size)
+    hidden_size = shapes.check_size(fname, "hidden_size", hidden_size)
+    if not isinstance(bidirectional, (bool, np.bool_)):
+        raise TypeError(f"{fname}: bidirectional must be a bool; got {bidirectional!r}.")
     d = 2 if bidirectional else 1
     bound = 1.0 / math.sqrt(hidden_size)
-    shapes = (
+    sizes = (
         (d, gates * hidden_size, input_size),
         (d, gates * hidden_size, hidden_size),
         (d, 2 * gates * hidden_size),
     )
-    keys = jax.random.split(key, len(shapes))
-    return [jax.random.uniform(k, s, dtype, -bound, bound) for k, s in zip(keys, shapes)]
+    keys = jax.random.split(key, len(sizes))
+    return [jax.random.uniform(k, s, dtype, -bound, bound) for k, s in zip(keys, sizes)]
 
 
 def init_gru(
@@ -95,7 +96,7 @@ def init_gru(
     Returns:
       GRUParams with ``w [D, 3H, I]``, ``r [D, 3H, H]``, ``b [D, 6H]``.
     """
-    return GRUParams(*_uniform_init(key, 3, input_size, hidden_size, bidirectional, dtype))
+    return GRUParams(*_uniform_init("jaxgru.init_gru", key, 3, input_size, hidden_size, bidirectional, dtype))
 
 
 def init_lstm(
@@ -118,4 +119,4 @@ def init_lstm(
     Returns:
       LSTMParams with ``w [D, 4H, I]``, ``r [D, 4H, H]``, ``b [D, 8H]`` and no peepholes.
     """
-    return LSTMParams(*_uniform_init(key, 4, input_size, hidden_size, bidirectional, dtype))
+    return LSTMParams(*_uniform_init("jaxgru.init_lstm", key, 4, input_size, hidden_size, bidirectional, dtype))

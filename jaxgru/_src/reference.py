@@ -332,10 +332,15 @@ def forward(cfg: RNNConfig, *operands, residuals: bool = False, plan: tuple[bool
     return tuple(outs)
 
 
+def _before(first, states):
+    """The state before each step: ``first``, then ``states`` shifted by one (``[L, N, H]``;
+    L = 0 stays empty)."""
+    return jnp.concatenate([first[None], states], axis=0)[: states.shape[0]]
+
+
 def _h_prev(cfg, pr, y, d):
     """Direction d's hidden state before each step, processing order ``[L, N, H]``."""
-    hs = pr.tm.proc(_y_dir(cfg, y.astype(pr.dtype), d), d)
-    return jnp.concatenate([pr.h0[d][None], hs[:-1]], axis=0)
+    return _before(pr.h0[d], pr.tm.proc(_y_dir(cfg, y.astype(pr.dtype), d), d))
 
 
 def _gru_residuals(cfg, res_d, hidden):
@@ -375,7 +380,7 @@ def tangent(cfg: RNNConfig, primals, y, res, tangents):
         txp = tm.proc(txt, d) @ pr.wt[d] + pr.x[d] @ tw[d].T + tbias[d][0][None]
         if lstm:
             ai, ao, af, ac, cs = _split(res[d], 5)
-            cp = jnp.concatenate([pr.c0[d][None], cs[:-1]], axis=0)
+            cp = _before(pr.c0[d], cs)
             ext = txp + hp @ tr[d].T
             per_dir.append((ext, ai, ao, af, ac, cs, cp))
         else:
@@ -473,7 +478,7 @@ def backward(cfg: RNNConfig, primals, y, res, cotangents):
         gyd = tm.proc(_y_dir(cfg, gy, d), d)
         if lstm:
             ai, ao, af, ac, cs = _split(res[d], 5)
-            cp = jnp.concatenate([pr.c0[d][None], cs[:-1]], axis=0)
+            cp = _before(pr.c0[d], cs)
             per_dir.append((gyd, ai, ao, af, ac, cs, cp))
         else:
             per_dir.append((gyd, *_gru_residuals(cfg, res[d], hidden), hp))

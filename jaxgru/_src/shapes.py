@@ -7,6 +7,8 @@ imports here.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from jaxgru._src.options import RNNConfig
@@ -39,6 +41,13 @@ def check_shape(fname: str, name: str, a, expected: tuple[int, ...], meaning: st
         raise ValueError(
             f"{fname}: {name} must have shape {meaning}={_fmt(expected)}; got {_fmt(a.shape)}."
         )
+
+
+def check_size(fname: str, name: str, value) -> int:
+    """A positive int (any integral type but bool), or ValueError naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{fname}: {name} must be a positive int; got {value!r}.")
+    return int(value)
 
 
 def check_float(fname: str, name: str, a) -> None:

@@ -6,9 +6,10 @@ import functools
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from jaxgru._src import api
+from jaxgru._src import api, shapes
 
 _OPS = {api.gru: 1, api.lstm: 2, api.gru_stack: 1, api.lstm_stack: 2}  # op -> number of states
 _ARRAY_OPTIONS = ("initial_h", "initial_c", "sequence_lens")
@@ -49,6 +50,8 @@ def sharded(op: Callable, mesh: Mesh, axis: str = "batch") -> Callable:
             "jaxgru.sharded: op must be jaxgru.gru, lstm, gru_stack or lstm_stack; "
             f"got {getattr(op, '__name__', op)!r}."
         )
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"jaxgru.sharded: mesh must be a jax.sharding.Mesh; got {type(mesh).__name__}.")
     if axis not in mesh.axis_names:
         raise ValueError(f"jaxgru.sharded: axis must be one of the mesh axes {mesh.axis_names}; got {axis!r}.")
     n_states = _OPS[op]
@@ -57,6 +60,13 @@ def sharded(op: Callable, mesh: Mesh, axis: str = "batch") -> Callable:
     def wrapped(params, x, **options):
         layout = options.get("layout", 0)
         batch_x = 1 if layout == 0 else 0
+        if not hasattr(x, "shape"):  # as the layer functions do: array-likes become arrays
+            try:
+                x = jnp.asarray(x)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"jaxgru.sharded: x must be an array; got {type(x).__name__}.") from e
+        shapes.check_rank("jaxgru.sharded", "x", x, 3, "(seq_length, batch, input_size)" if layout == 0
+                          else "(batch, seq_length, input_size)")
         size = mesh.shape[axis]
         if x.shape[batch_x] % size:
             raise ValueError(

@@ -156,10 +156,12 @@ def assemble(cfg: RNNConfig, geo: Geometry, chunks: list[tuple[np.ndarray, ...]]
     y_ax = 2 if cfg.layout == 0 else 0
     s_ax = 1 if cfg.layout == 0 else 0
     join = lambda parts, ax: parts[0] if len(parts) == 1 else np.concatenate(parts, axis=ax)
-    y = join([c[0] for c in chunks], y_ax).astype(out_dtype, copy=False)
-    outs = [y] + [
-        join([c[1][f] for c in chunks], s_ax).astype(out_dtype, copy=False) for f in range(geo.finals)
-    ]
+    # float32 -> float16 beyond 65504 is ±inf, as XLA's cast gives it: expected, not a warning
+    with np.errstate(over="ignore"):
+        y = join([c[0] for c in chunks], y_ax).astype(out_dtype, copy=False)
+        outs = [y] + [
+            join([c[1][f] for c in chunks], s_ax).astype(out_dtype, copy=False) for f in range(geo.finals)
+        ]
     if residuals:
         outs.append(join([c[2] for c in chunks], 2))
     return tuple(outs)

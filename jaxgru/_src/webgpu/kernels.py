@@ -70,16 +70,19 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
         geo = plan.geometry(cfg, x0.shape, r0.shape[-1], residuals, 2 if storage == "f16" else 4)
         prepared = [host.member(cfg, m, geo, storage) for m in members]
         prepare_s = time.perf_counter() - t0
-        attempts: list[_Call] = []  # a lost device is retried: count the attempt that ran
+        # a lost device is retried: count the attempt that ran. Only its stats are kept (a
+        # _Call holds its device, which must be freed once lost)
+        attempts: list[CallStats] = []
 
         def attempt(rt: runtime.Runtime) -> list[list[tuple]]:
-            attempts.append(_Call(rt, cfg, geo, storage, variant, CallStats(calls=1, host_prepare_s=prepare_s)))
-            return attempts[-1].run(prepared)
+            call = _Call(rt, cfg, geo, storage, variant, CallStats(calls=1, host_prepare_s=prepare_s))
+            attempts[:] = [call.stats]
+            return call.run(prepared)
 
         chunks = runtime.run(attempt)
         outs = [host.assemble(cfg, geo, c, dtype, residuals) for c in chunks]
-        attempts[-1].stats.host_total_s = time.perf_counter() - t0
-        COUNTERS.record(attempts[-1].stats)
+        attempts[-1].host_total_s = time.perf_counter() - t0
+        COUNTERS.record(attempts[-1])
     if not ensemble:
         return outs[0]
     return tuple(np.stack(parts) for parts in zip(*outs, strict=True))
@@ -120,6 +123,8 @@ class _Call:
 
     def _write(self, buf: wgpu.GPUBuffer, offset: int, data: np.ndarray) -> None:
         raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        if not raw.size:  # e.g. the weights of input_size 0: nothing to upload
+            return
         if raw.size % 4:  # write_buffer wants whole words
             raw = np.concatenate([raw, np.zeros(4 - raw.size % 4, np.uint8)])
         self.rt.queue.write_buffer(buf, offset, raw)
@@ -141,7 +146,8 @@ class _Call:
         buf = self.rt.weights.get(key)
         if buf is None:
             data = build()
-            buf = self.rt.device.create_buffer(size=_words(max(data.nbytes, 4)), usage=usage)
+            # at least one vec4 (16 bytes): weights bind as array<vec4<...>>, even when empty
+            buf = self.rt.device.create_buffer(size=_words(max(data.nbytes, 16)), usage=usage)
             self._write(buf, 0, data)
             self.rt.weights.put(key, buf)
         return buf, buf.size

@@ -222,7 +222,8 @@ def _max_rows(geo: Geometry, limits: dict[str, int], variant: str, bpw: int) -> 
                 f"jaxgru wgsl: one batch row of the {name} buffer needs {per_row} bytes, more than "
                 f"the device limit {limit_name}={limit}; shorten the sequence or use backend='xla'."
             )
-        rows = min(rows, cap // per_row)
+        if per_row:  # 0 when input_size is 0: x takes no room
+            rows = min(rows, cap // per_row)
     max_dim = limits[_L_GRID]
     grid_threads = max_dim * max_dim * STEPWISE_WORKGROUP
     per_row_threads = max(geo.D * geo.H4, geo.D * -(-geo.L // 4) * geo.G * geo.H4)

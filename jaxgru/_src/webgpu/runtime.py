@@ -8,8 +8,10 @@ and go with it.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
+import gc
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -280,7 +282,7 @@ _TIMESTAMPS = False
 
 
 def _get() -> Runtime:
-    global _RUNTIME
+    global _RUNTIME, _EXIT_HOOK
     if _RUNTIME is None:
         adapters = _enumerate()
         record = _choose([_describe(i, a) for i, a in enumerate(adapters)])
@@ -290,7 +292,29 @@ def _get() -> Runtime:
             raise
         except Exception as e:
             raise WGPUUnavailableError(f"could not open {record['name']!r}: {e}") from e
+        if not _EXIT_HOOK:  # registered after jax's own exit hooks, so it runs before them
+            atexit.register(_finish_pending_work)
+            _EXIT_HOOK = True
     return _RUNTIME
+
+
+_EXIT_HOOK = False
+
+
+def _finish_pending_work() -> None:
+    """At interpreter exit: wait for every dispatched computation, so that a ``wgsl`` callback
+    still in flight finishes while wgpu's polling thread runs. Left to the interpreter's
+    finalisation, such a callback waits forever for its read-back buffer (the polling thread
+    is stopped) or aborts the process ("PyGILState_Release ... finalizing")."""
+    try:
+        import jax
+
+        arrays = jax.live_arrays()
+    except Exception:  # jax already torn down: nothing of ours can be in flight
+        return
+    for a in arrays:
+        with contextlib.suppress(Exception):  # deleted or failed arrays: nothing to wait for
+            a.block_until_ready()
 
 
 def _is_device_lost(exc: BaseException) -> bool:
@@ -315,7 +339,16 @@ def run(fn: Callable[[Runtime], T]) -> T:
                     raise
                 rt.close()
                 _RUNTIME = None
+            rt = None  # the lost device must be unreachable before it is collected
+            _collect_dropped_device()
     raise AssertionError("unreachable")
+
+
+def _collect_dropped_device() -> None:
+    """Free a dropped device now: wgpu's device and queue reference each other, so without a
+    collection each lost or reset device (megabytes of driver memory) lives until the next full
+    garbage collection, and repeated losses grow the process."""
+    gc.collect()
 
 
 def runtime() -> Runtime:
@@ -331,6 +364,7 @@ def reset() -> None:
         if _RUNTIME is not None:
             _RUNTIME.close()
             _RUNTIME = None
+            _collect_dropped_device()
 
 
 def stats() -> dict:
