@@ -40,7 +40,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 # Long fuzzing: hypothesis profile "fuzz" (2000 examples per test instead of CI's few dozen;
-# about an hour on two cores). e.g. make fuzz FUZZ_ARGS="-k malformed"
+# about 45 minutes on two cores). e.g. make fuzz FUZZ_ARGS="-k malformed"
 fuzz: $(STAMP) vulkan
 	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -n $(PYTEST_WORKERS) tests/test_reliability_fuzz.py $(FUZZ_ARGS)
 

@@ -24,7 +24,7 @@ from hypothesis import settings  # noqa: E402
 
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True)
 settings.register_profile("dev", max_examples=10, deadline=None)
-# `make fuzz`: 2000 examples per test (about an hour on two cores); FUZZ_EXAMPLES scales it
+# `make fuzz`: 2000 examples per test (about 45 minutes on two cores); FUZZ_EXAMPLES scales it
 settings.register_profile("fuzz", max_examples=int(os.environ.get("FUZZ_EXAMPLES", "2000")), deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
