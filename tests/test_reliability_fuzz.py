@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import os
 
 import jax
@@ -214,6 +215,18 @@ def assert_agree_with_overflowed(got, want, dtype: str = "float32", what: str = 
     assert_agree(got[keep], want[keep], dtype, what)
 
 
+_CALLS = itertools.count(1)
+
+
+def _bounded_caches(every: int = 200) -> None:
+    """Clear JAX's caches every ``every`` fuzz examples. Each distinct configuration compiles
+    new XLA:CPU executables (about 45 memory mappings each); a 2000-example run in one
+    process would exhaust vm.max_map_count (65530) and crash the compiler (seen: SIGSEGV
+    after ~1400 examples)."""
+    if next(_CALLS) % every == 0:
+        jax.clear_caches()
+
+
 def run(case: Case, cfg: Config, backend: str) -> list[np.ndarray]:
     """The case through the public API in cfg's layout; outputs in layout 0 (float32)."""
     outs = case.run(cfg.layout, backend=backend)
@@ -253,6 +266,7 @@ def expected(cfg: Config, c32: Case) -> list[np.ndarray]:
 @settings(max_examples=examples(30), **FUZZ)
 @given(cfg=configs())
 def test_fuzz_xla_matches_onnxruntime(cfg):
+    _bounded_caches()
     case, c32 = build_case(cfg)
     want = expected(cfg, c32)
     vs_ort = assert_agree_with_overflowed if overflowed(want) else assert_agree
@@ -264,6 +278,7 @@ def test_fuzz_xla_matches_onnxruntime(cfg):
 @settings(max_examples=examples(30), **FUZZ)
 @given(cfg=configs())
 def test_fuzz_wgsl_matches_xla_and_onnxruntime(adapter, cfg):
+    _bounded_caches()
     case, c32 = build_case(cfg)
     want = expected(cfg, c32)
     xla, wgsl = run(case, cfg, "xla"), run(case, cfg, "wgsl")
@@ -278,6 +293,7 @@ def test_fuzz_wgsl_matches_xla_and_onnxruntime(adapter, cfg):
 @given(cfg=configs(dtypes=("float32",), min_length=1))
 def test_fuzz_gradients_agree_across_backends(adapter, cfg):
     """grad on wgsl (WGSL forward and residuals, XLA backward) equals grad on xla."""
+    _bounded_caches(50)  # four programs an example
     case, _ = build_case(cfg)
     fn = jaxgru.gru if cfg.cell == "gru" else jaxgru.lstm
     kw = case.kwargs(0)
