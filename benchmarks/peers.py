@@ -9,6 +9,7 @@ before timing; Flax and Equinox use their own initialisers (same shapes, same wo
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import jax
@@ -28,9 +29,12 @@ class Unsupported(Exception):
 class Peer:
     name = "?"
     is_jax = False
+    requires: str | None = None  # the module the peer needs installed
 
     def available(self) -> str | None:
         """None if usable here, else why not."""
+        if self.requires and importlib.util.find_spec(self.requires) is None:
+            return f"{self.requires} not installed"
         return None
 
     def build(self, case: Case, data: dict):
@@ -102,13 +106,7 @@ class JaxgruPeer(Peer):
 # --------------------------------------------------------------------------------------
 class OnnxRuntimePeer(Peer):
     name = "onnxruntime"
-
-    def available(self):
-        try:
-            import onnxruntime  # noqa: F401
-        except ImportError:
-            return "onnxruntime not installed"
-        return None
+    requires = "onnxruntime"
 
     def build(self, case, data):
         if case.mode != "forward":
@@ -149,14 +147,15 @@ class TorchPeer(Peer):
         self.device = device
         self.name = "torch" if device == "cpu" else f"torch-{device}"
 
+    requires = "torch"
+
     def available(self):
-        try:
+        why = super().available()
+        if why is None and self.device == "cuda":
             import torch
-        except ImportError:
-            return "torch not installed"
-        if self.device == "cuda" and not torch.cuda.is_available():
-            return "no CUDA device"
-        return None
+
+            why = None if torch.cuda.is_available() else "no CUDA device"
+        return why
 
     def build(self, case, data):
         import torch
@@ -218,13 +217,7 @@ def _jax_step(case, apply, params, x):
 class FlaxPeer(Peer):
     name = "flax"
     is_jax = True
-
-    def available(self):
-        try:
-            import flax  # noqa: F401
-        except ImportError:
-            return "flax not installed"
-        return None
+    requires = "flax"
 
     def build(self, case, data):
         import flax.linen as nn
@@ -244,13 +237,7 @@ class FlaxPeer(Peer):
 class EquinoxPeer(Peer):
     name = "equinox"
     is_jax = True
-
-    def available(self):
-        try:
-            import equinox  # noqa: F401
-        except ImportError:
-            return "equinox not installed"
-        return None
+    requires = "equinox"
 
     def build(self, case, data):
         import equinox as eqx

@@ -180,9 +180,14 @@ def expected_from_ort(c32: Case, dtype: str) -> list[np.ndarray]:
         for i, init in ((1, c32.h0), (2, c32.c0)):
             if i < len(want) and len(empty):
                 want[i][:, empty] = 0.0 if init is None else init[:, empty]
-    dt = DTYPES[dtype]
-    with np.errstate(over="ignore"):  # beyond float16's range: inf, as jaxgru's outputs
-        return [w.astype(dt).astype(np.float32) for w in want]
+    return rounded(want, dtype)
+
+
+def rounded(outputs, dtype: str) -> list[np.ndarray]:
+    """An oracle's outputs rounded to the call's dtype, as float32 (beyond the dtype's range:
+    ±inf, as jaxgru's outputs)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return [np.asarray(w).astype(np.float32).astype(DTYPES[dtype]).astype(np.float32) for w in outputs]
 
 
 def assert_agree(got, want, dtype: str = "float32", what: str = "") -> None:
@@ -241,9 +246,7 @@ def uses_softplus(cfg: Config) -> bool:
 
 def expected_from_numpy(c32: Case, dtype: str) -> list[np.ndarray]:
     """The float64 numpy oracle, rounded to the call's dtype (beyond its range: ±inf)."""
-    dt = DTYPES[dtype]
-    with np.errstate(over="ignore", invalid="ignore"):
-        return [w.astype(np.float32).astype(dt).astype(np.float32) for w in numpy_run(c32)]
+    return rounded(numpy_run(c32), dtype)
 
 
 def expected(cfg: Config, c32: Case) -> list[np.ndarray]:

@@ -6,7 +6,6 @@ import functools
 from collections.abc import Callable
 
 import jax
-import jax.numpy as jnp
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from jaxgru._src import api, shapes
@@ -60,11 +59,7 @@ def sharded(op: Callable, mesh: Mesh, axis: str = "batch") -> Callable:
     def wrapped(params, x, **options):
         layout = options.get("layout", 0)
         batch_x = 1 if layout == 0 else 0
-        if not hasattr(x, "shape"):  # as the layer functions do: array-likes become arrays
-            try:
-                x = jnp.asarray(x)
-            except (TypeError, ValueError) as e:
-                raise TypeError(f"jaxgru.sharded: x must be an array; got {type(x).__name__}.") from e
+        x = api._array("jaxgru.sharded", "x", x)  # array-likes become arrays, as in the layers
         shapes.check_rank("jaxgru.sharded", "x", x, 3, "(seq_length, batch, input_size)" if layout == 0
                           else "(batch, seq_length, input_size)")
         size = mesh.shape[axis]
