@@ -27,6 +27,7 @@ vulkan:
 
 lint: $(STAMP)
 	$(PY) -m ruff check jaxgru tests benchmarks
+	$(PY) -m pyright
 
 test: $(STAMP) vulkan lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=15

@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import pathlib
 import sys
+from collections.abc import Sequence
+
+# What benchmarks/run.py always imports besides jaxgru's dependencies; checked before it runs.
+BENCH_REQUIRES = ("tqdm",)
+# Every module the suite may import that jaxgru does not require (its peers are skipped when
+# their package is absent; onnxruntime's peer builds its model with onnx). Each installs under
+# its module's name; all but onnx are the `bench` extra.
+BENCH_MODULES = ("tqdm", "onnxruntime", "onnx", "torch", "flax", "equinox", "matplotlib")
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -52,12 +62,29 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _benchmarks_dir():
+def _benchmarks_dir() -> pathlib.Path | None:
     """The source checkout's benchmarks/ (the suite's peers are not jaxgru dependencies)."""
-    import pathlib
-
     path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
     return path if (path / "run.py").is_file() else None
+
+
+def _missing(names: Sequence[str]) -> list[str]:
+    """The modules of ``names`` that cannot be imported."""
+    missing = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
+def _bench_hint(missing: Sequence[str]) -> str:
+    """The demo's style: what the suite needs, what is missing, what to install."""
+    return (f"python -m jaxgru bench needs {' and '.join(BENCH_REQUIRES)}, and its peers need onnxruntime, "
+            "onnx, torch, flax or equinox, which jaxgru itself does not require; missing: "
+            f"{', '.join(missing)}. Install them with `pip install {' '.join(missing)}`, or the whole "
+            "bench extra with `pip install 'jaxgru[bench]'` (`make bench` does).")
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -69,6 +96,10 @@ def _bench(args: argparse.Namespace) -> int:
               "(its peers, onnxruntime, torch, flax and equinox, are not jaxgru dependencies); "
               "none was found next to this installation.", file=sys.stderr)
         return 2
+    missing = _missing(BENCH_REQUIRES)
+    if missing:
+        print(_bench_hint(missing), file=sys.stderr)
+        return 2
     argv = (["--full"] if args.full else []) + (["--only", args.only] if args.only else [])
     argv += ["--peers", args.peers] if args.peers else []
     argv += ["--out", args.out] if args.out else []
@@ -78,6 +109,12 @@ def _bench(args: argparse.Namespace) -> int:
         runpy.run_path(str(where / "run.py"), run_name="__main__")
     except SystemExit as e:
         return int(e.code or 0)
+    except ModuleNotFoundError as e:  # a module a peer imports (tqdm was checked above)
+        top = (e.name or "").partition(".")[0]
+        if top not in BENCH_MODULES:
+            raise
+        print(_bench_hint([top]), file=sys.stderr)
+        return 2
     finally:
         sys.argv = saved
     return 0
@@ -94,13 +131,13 @@ def _positive(text: str) -> int:
 
 
 # One function per subcommand: it adds its parser and sets ``fn``, the function that runs it.
-def _add_info(sub) -> None:
+def _add_info(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("info", help="versions, JAX devices, WebGPU adapters, the automatic backend")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(fn=_info)
 
 
-def _add_demo(sub) -> None:
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from jaxgru._src.demo import DemoConfig
 
     d = DemoConfig()
@@ -123,7 +160,7 @@ def _add_demo(sub) -> None:
     p.set_defaults(fn=_demo)
 
 
-def _add_bench(sub) -> None:
+def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "bench", help="the benchmark suite: jaxgru against onnxruntime, PyTorch, Flax and Equinox",
         description="Run the benchmark suite of the source checkout (benchmarks/run.py): the quick "

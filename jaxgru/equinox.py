@@ -14,17 +14,16 @@ or ``[N, L, D, H]`` (the last layer, directions apart); states ``[num_layers*D, 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from jaxgru._src import api
-from jaxgru._src.modules import check_converted, lstm_states, stack_options, static_tuple
-from jaxgru._src.params import GRUParams, LSTMParams, init_gru, init_lstm
-from jaxgru._src.shapes import check_size
+from jaxgru._src.modules import ModuleSpec, check_converted, module_options, spec_attribute, states_for
+from jaxgru._src.options import pick
+from jaxgru._src.params import GRUParams, LSTMParams
 
 __all__ = ["GRU", "LSTM"]
 
@@ -32,63 +31,43 @@ Params = GRUParams | LSTMParams
 
 
 class _Stack(eqx.Module):
-    """What GRU and LSTM share: construction, the options of the stack call, from_params."""
+    """What GRU and LSTM share: the module spec (sizes, options), the call, from_params.
+
+    Abstract (``cell`` is an ``eqx.AbstractClassVar``); GRU and LSTM are its final subclasses.
+    Every option is read from the static ``spec`` (``jaxgru._src.modules.ModuleSpec``);
+    ``model.layout``, ``model.linear_before_reset``, ... are its values.
+    """
 
     layers: list
-    input_size: int = eqx.field(static=True)
-    hidden_size: int = eqx.field(static=True)
-    num_layers: int = eqx.field(static=True)
-    bidirectional: bool = eqx.field(static=True)
-    layout: int = eqx.field(static=True)
-    activations: tuple[str, ...] | None = eqx.field(static=True)
-    activation_alpha: tuple[float, ...] | None = eqx.field(static=True)
-    activation_beta: tuple[float, ...] | None = eqx.field(static=True)
-    clip: float | None = eqx.field(static=True)
-    backend: str = eqx.field(static=True)
+    spec: ModuleSpec = eqx.field(static=True)
+    if TYPE_CHECKING:  # what AbstractClassVar is to a type checker (pyright reads the alias as a field)
+        cell: ClassVar[str]
+    else:
+        cell: eqx.AbstractClassVar[str]
 
-    _cell = "gru"
-    _flag = "linear_before_reset"
-
-    def _setup(self, input_size, hidden_size, num_layers, bidirectional, layout, flag, activations,
-               activation_alpha, activation_beta, clip, backend, dtype, key) -> None:
-        fname = f"jaxgru.equinox.{type(self).__name__}"
-        self.input_size = check_size(fname, "input_size", input_size)
-        self.hidden_size = check_size(fname, "hidden_size", hidden_size)
-        self.num_layers = check_size(fname, "num_layers", num_layers)
-        self.bidirectional = bool(bidirectional)
-        self.layout = layout
-        self.activations = static_tuple(activations)
-        self.activation_alpha = static_tuple(activation_alpha)
-        self.activation_beta = static_tuple(activation_beta)
-        self.clip = clip
-        self.backend = backend
-        # validate every option now rather than at the first call
-        api.make_config(self._cell, fname, **self._options(), **{self._flag: flag})
+    def _setup(self, input_size: int, hidden_size: int, num_layers: int, bidirectional: bool,
+               options: dict[str, Any], dtype: Any, key: jax.Array) -> None:
+        self.spec = ModuleSpec.make(self.cell, f"jaxgru.equinox.{type(self).__name__}", input_size, hidden_size,
+                                    num_layers, bidirectional, options)
         # equinox's convention: float64 weights by default when x64 is on
-        dtype = (jnp.float64 if jax.config.jax_enable_x64 else jnp.float32) if dtype is None else dtype
-        init = init_gru if self._cell == "gru" else init_lstm
-        d = 2 if self.bidirectional else 1
-        self.layers = [
-            init(k, self.input_size if i == 0 else d * self.hidden_size, self.hidden_size,
-                 bidirectional=self.bidirectional, dtype=dtype)
-            for i, k in enumerate(jax.random.split(key, self.num_layers))
-        ]
+        dtype = (jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32) if dtype is None else dtype
+        self.layers = self.spec.init_layers(list(jax.random.split(key, self.spec.num_layers)), dtype)
 
-    def _options(self) -> dict:
-        return stack_options(self)
+    def __getattr__(self, name: str) -> Any:
+        # sizes and options live in the spec (one place); reached only for names not set here
+        return spec_attribute(self, name)
 
-    def _run(self, x, states, sequence_lens):
-        stack = api.gru_stack if self._cell == "gru" else api.lstm_stack
-        return stack(self.layers, x, **states, sequence_lens=sequence_lens, **self._options(),
-                     **{self._flag: getattr(self, self._flag)})
+    def _run(self, x: Any, initial_state: Any, sequence_lens: Any) -> tuple[Any, ...]:
+        return self.spec.run(self.layers, x, states_for(self.spec, initial_state), sequence_lens)
 
     @classmethod
-    def _from_params(cls, layers: Sequence[Params], options: dict) -> _Stack:
+    def _from_params(cls, layers: Sequence[Params], options: dict) -> Any:
         fname = f"jaxgru.equinox.{cls.__name__}.from_params"
-        d, options = check_converted(fname, cls._cell, layers, options)
-        module = cls(jnp.shape(layers[0].w)[-1], jnp.shape(layers[0].r)[-1], num_layers=len(layers),
-                     bidirectional=d == 2, key=jax.random.key(0), **options)
-        given = [type(p)(*(None if a is None else jnp.asarray(a) for a in p)) for p in layers]
+        d, options = check_converted(fname, cls.cell, layers, options)
+        make = cast(Callable[..., Any], cls)  # a concrete GRU / LSTM: their constructors take these
+        module = make(jnp.shape(layers[0].w)[-1], jnp.shape(layers[0].r)[-1], num_layers=len(layers),
+                      bidirectional=d == 2, key=jax.random.key(0), **options)
+        given = [p._replace(**{f: jnp.asarray(a) for f, a in p._asdict().items() if a is not None}) for p in layers]
         return eqx.tree_at(lambda m: m.layers, module, given)
 
 
@@ -128,7 +107,7 @@ class GRU(_Stack):
     """
 
     layers: list[GRUParams]
-    linear_before_reset: bool = eqx.field(static=True)
+    cell: ClassVar[str] = "gru"
 
     def __init__(
         self,
@@ -147,9 +126,8 @@ class GRU(_Stack):
         dtype: Any = None,
         key: jax.Array,
     ) -> None:
-        self.linear_before_reset = linear_before_reset
-        self._setup(input_size, hidden_size, num_layers, bidirectional, layout, linear_before_reset,
-                    activations, activation_alpha, activation_beta, clip, backend, dtype, key)
+        self._setup(input_size, hidden_size, num_layers, bidirectional, pick(module_options("gru"), locals()),
+                    dtype, key)
 
     def __call__(
         self,
@@ -174,7 +152,8 @@ class GRU(_Stack):
           (layout 1), and the final states of every layer, shaped like ``initial_state``.
         """
         del key
-        return self._run(x, {"initial_h": initial_state}, sequence_lens)
+        y, h_n = self._run(x, initial_state, sequence_lens)
+        return y, h_n
 
     @classmethod
     def from_params(cls, layers: Sequence[GRUParams], **options: Any) -> GRU:
@@ -240,10 +219,7 @@ class LSTM(_Stack):
     """
 
     layers: list[LSTMParams]
-    input_forget: bool = eqx.field(static=True)
-
-    _cell = "lstm"
-    _flag = "input_forget"
+    cell: ClassVar[str] = "lstm"
 
     def __init__(
         self,
@@ -262,9 +238,8 @@ class LSTM(_Stack):
         dtype: Any = None,
         key: jax.Array,
     ) -> None:
-        self.input_forget = input_forget
-        self._setup(input_size, hidden_size, num_layers, bidirectional, layout, input_forget,
-                    activations, activation_alpha, activation_beta, clip, backend, dtype, key)
+        self._setup(input_size, hidden_size, num_layers, bidirectional, pick(module_options("lstm"), locals()),
+                    dtype, key)
 
     def __call__(
         self,
@@ -291,7 +266,7 @@ class LSTM(_Stack):
           TypeError: ``initial_state`` is not a pair.
         """
         del key
-        y, h_n, c_n = self._run(x, lstm_states("jaxgru.equinox.LSTM", initial_state), sequence_lens)
+        y, h_n, c_n = self._run(x, initial_state, sequence_lens)
         return y, (h_n, c_n)
 
     @classmethod

@@ -13,17 +13,16 @@ or ``[N, L, D, H]`` (the last layer, directions apart); states ``[num_layers*D, 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, cast
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxgru._src import api
-from jaxgru._src.modules import check_converted, lstm_states, stack_options, static_tuple
-from jaxgru._src.params import GRUParams, LSTMParams, init_gru, init_lstm
-from jaxgru._src.shapes import check_size
+from jaxgru._src.modules import ModuleSpec, check_converted, module_options, spec_attribute, states_for
+from jaxgru._src.options import pick
+from jaxgru._src.params import PARAMS_TYPE, GRUParams, LSTMParams
 
 __all__ = ["GRU", "LSTM", "LayerWeights"]
 
@@ -57,44 +56,34 @@ class LayerWeights(nnx.Module):
 
     def params(self) -> Params:
         """The weights' current values as ``jaxgru.GRUParams`` / ``jaxgru.LSTMParams``."""
-        cls = GRUParams if self.cell == "gru" else LSTMParams
-        return cls(*(None if getattr(self, f) is None else getattr(self, f)[...] for f in cls._fields))
+        cls = PARAMS_TYPE[self.cell]
+        values = {f: getattr(self, f) for f in cls._fields}
+        return cls(**{f: v[...] for f, v in values.items() if v is not None})
 
 
 class _Stack(nnx.Module):
-    """What GRU and LSTM share: construction, the options of the stack call, from_params."""
+    """What GRU and LSTM share: the module spec (sizes, options), weights, the call, from_params.
 
-    _cell: str
-    _flag: str  # the cell's own boolean option
+    Every option is read from ``self.spec`` (see ``jaxgru._src.modules.ModuleSpec``);
+    ``model.layout``, ``model.linear_before_reset``, ... are its values.
+    """
 
-    def _setup(self, input_size, hidden_size, num_layers, bidirectional, layout, flag, activations,
-               activation_alpha, activation_beta, clip, backend, dtype, param_dtype, rngs) -> None:
-        fname = f"jaxgru.flax.{type(self).__name__}"
-        self.input_size = check_size(fname, "input_size", input_size)
-        self.hidden_size = check_size(fname, "hidden_size", hidden_size)
-        self.num_layers = check_size(fname, "num_layers", num_layers)
-        self.bidirectional = bool(bidirectional)
-        self.layout = layout
-        setattr(self, self._flag, flag)
-        self.activations = static_tuple(activations)
-        self.activation_alpha = static_tuple(activation_alpha)
-        self.activation_beta = static_tuple(activation_beta)
-        self.clip = clip
-        self.backend = backend
+    cell: ClassVar[str]
+    spec: ModuleSpec
+    layers: nnx.List
+
+    def _setup(self, input_size: int, hidden_size: int, num_layers: int, bidirectional: bool,
+               options: dict[str, Any], dtype: Any, param_dtype: Any, rngs: nnx.Rngs) -> None:
+        self.spec = ModuleSpec.make(self.cell, f"jaxgru.flax.{type(self).__name__}", input_size, hidden_size,
+                                    num_layers, bidirectional, options)
         self.dtype = dtype
         self.param_dtype = param_dtype
-        # validate every option now rather than at the first call
-        api.make_config(self._cell, fname, **self._options(), **{self._flag: flag})
-        init = init_gru if self._cell == "gru" else init_lstm
-        d = 2 if self.bidirectional else 1
-        self.layers = nnx.List([
-            LayerWeights(init(rngs.params(), self.input_size if k == 0 else d * self.hidden_size,
-                              self.hidden_size, bidirectional=self.bidirectional, dtype=param_dtype))
-            for k in range(self.num_layers)
-        ])
+        keys = [rngs.params() for _ in range(self.spec.num_layers)]
+        self.layers = nnx.List([LayerWeights(p) for p in self.spec.init_layers(keys, param_dtype)])
 
-    def _options(self) -> dict:
-        return stack_options(self)
+    def __getattr__(self, name: str) -> Any:
+        # sizes and options live in the spec (one place); reached only for names not set here
+        return spec_attribute(self, name)
 
     def layer_params(self) -> list[Params]:
         """The current weights, one ``jaxgru.GRUParams`` / ``LSTMParams`` per layer.
@@ -104,24 +93,24 @@ class _Stack(nnx.Module):
         """
         return [layer.params() for layer in self.layers]
 
-    def _run(self, x, states, sequence_lens):
+    def _run(self, x: Any, initial_state: Any, sequence_lens: Any) -> tuple[Any, ...]:
         layers = self.layer_params()
+        states = states_for(self.spec, initial_state)
         if self.dtype is not None:
             cast = lambda a: None if a is None else jnp.asarray(a).astype(self.dtype)
             x = cast(x)
             layers = [jax.tree.map(cast, p) for p in layers]
             states = {k: cast(v) for k, v in states.items()}
-        stack = api.gru_stack if self._cell == "gru" else api.lstm_stack
-        return stack(layers, x, **states, sequence_lens=sequence_lens, **self._options(),
-                     **{self._flag: getattr(self, self._flag)})
+        return self.spec.run(layers, x, states, sequence_lens)
 
     @classmethod
-    def _from_params(cls, layers: Sequence[Params], options: dict) -> _Stack:
+    def _from_params(cls, layers: Sequence[Params], options: dict) -> Any:
         fname = f"jaxgru.flax.{cls.__name__}.from_params"
-        d, options = check_converted(fname, cls._cell, layers, options)
+        d, options = check_converted(fname, cls.cell, layers, options)
         w0 = jnp.asarray(layers[0].w)
-        module = cls(w0.shape[-1], jnp.shape(layers[0].r)[-1], num_layers=len(layers),
-                     bidirectional=d == 2, param_dtype=w0.dtype, rngs=nnx.Rngs(0), **options)
+        make = cast(Callable[..., Any], cls)  # a concrete GRU / LSTM: their constructors take these
+        module = make(w0.shape[-1], jnp.shape(layers[0].r)[-1], num_layers=len(layers),
+                      bidirectional=d == 2, param_dtype=w0.dtype, rngs=nnx.Rngs(0), **options)
         module.layers = nnx.List([LayerWeights(p) for p in layers])
         return module
 
@@ -164,8 +153,7 @@ class GRU(_Stack):
       ((7, 2, 2, 5), (4, 2, 5))
     """
 
-    _cell = "gru"
-    _flag = "linear_before_reset"
+    cell: ClassVar[str] = "gru"
 
     def __init__(
         self,
@@ -185,8 +173,8 @@ class GRU(_Stack):
         param_dtype: Any = jnp.float32,
         rngs: nnx.Rngs,
     ) -> None:
-        self._setup(input_size, hidden_size, num_layers, bidirectional, layout, linear_before_reset,
-                    activations, activation_alpha, activation_beta, clip, backend, dtype, param_dtype, rngs)
+        self._setup(input_size, hidden_size, num_layers, bidirectional, pick(module_options("gru"), locals()), dtype,
+                    param_dtype, rngs)
 
     def __call__(
         self, x: jax.Array, initial_state: jax.Array | None = None, sequence_lens: jax.Array | None = None
@@ -204,7 +192,8 @@ class GRU(_Stack):
           ``(y, h_n)``: the last layer's outputs ``[L, D, N, H]`` (layout 0) or ``[N, L, D, H]``
           (layout 1), and the final states of every layer, shaped like ``initial_state``.
         """
-        return self._run(x, {"initial_h": initial_state}, sequence_lens)
+        y, h_n = self._run(x, initial_state, sequence_lens)
+        return y, h_n
 
     @classmethod
     def from_params(cls, layers: Sequence[GRUParams], **options: Any) -> GRU:
@@ -274,8 +263,7 @@ class LSTM(_Stack):
       ((2, 7, 1, 5), (2, 1, 5))
     """
 
-    _cell = "lstm"
-    _flag = "input_forget"
+    cell: ClassVar[str] = "lstm"
 
     def __init__(
         self,
@@ -295,8 +283,8 @@ class LSTM(_Stack):
         param_dtype: Any = jnp.float32,
         rngs: nnx.Rngs,
     ) -> None:
-        self._setup(input_size, hidden_size, num_layers, bidirectional, layout, input_forget,
-                    activations, activation_alpha, activation_beta, clip, backend, dtype, param_dtype, rngs)
+        self._setup(input_size, hidden_size, num_layers, bidirectional, pick(module_options("lstm"), locals()), dtype,
+                    param_dtype, rngs)
 
     def __call__(
         self,
@@ -319,7 +307,7 @@ class LSTM(_Stack):
         Raises:
           TypeError: ``initial_state`` is not a pair.
         """
-        y, h_n, c_n = self._run(x, lstm_states("jaxgru.flax.LSTM", initial_state), sequence_lens)
+        y, h_n, c_n = self._run(x, initial_state, sequence_lens)
         return y, (h_n, c_n)
 
     @classmethod

@@ -15,10 +15,11 @@ import jaxgru
 import jaxgru.equinox
 import jaxgru.flax
 import jaxgru.interop
+import jaxgru.webgpu
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # every public module: its __all__ is the public API that docs/api/ must cover
-PUBLIC_MODULES = (jaxgru, jaxgru.interop, jaxgru.flax, jaxgru.equinox)
+PUBLIC_MODULES = (jaxgru, jaxgru.interop, jaxgru.flax, jaxgru.equinox, jaxgru.webgpu)
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCKS = [
     (page, i, code)
@@ -54,9 +55,10 @@ DOCTESTS = _docstring_tests()
 
 def test_public_functions_have_examples():
     names = {t.name.rsplit(".", 1)[-1] for t in DOCTESTS}
-    assert {"gru", "lstm", "from_torch", "GRU", "LSTM", "from_params", "LayerWeights"} <= names, names
+    assert {"gru", "lstm", "from_torch", "GRU", "LSTM", "from_params", "LayerWeights",
+            "counters", "adapters_info"} <= names, names
     modules = {t.name.split(".")[1] for t in DOCTESTS if t.name.count(".") > 1}
-    assert {"flax", "equinox"} <= modules, modules
+    assert {"flax", "equinox", "webgpu"} <= modules, modules
 
 
 @pytest.mark.parametrize("test", DOCTESTS, ids=[t.name for t in DOCTESTS])

@@ -166,11 +166,11 @@ def test_errors():
     rng = np.random.default_rng(2)
     gru, lstm = [_random_layer(rng, "gru", IN)], [_random_layer(rng, "lstm", IN)]
     bad = {
-        "linear_before_reset must be True": (gru, {}),
+        "fixes linear_before_reset=True": (gru, {}),
         "default activations": (gru, {"linear_before_reset": True,
                                       "activations": ["HardSigmoid", "Tanh"]}),
         "no cell clip": (lstm, {"clip": 3.0}),
-        "coupled input/forget": (lstm, {"input_forget": True}),
+        r"fixes input_forget=False \(couple the forget gate": (lstm, {"input_forget": True}),
         r"direction'\] must be one of": (lstm, {"direction": "reverse"}),
         "has no PyTorch": (lstm, {"linear_before_reset": True}),
     }

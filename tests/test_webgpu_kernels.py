@@ -38,7 +38,8 @@ def make_cfg(cell: str, direction: str = "forward", acts=None, **options) -> RNN
     d = 2 if direction == "bidirectional" else 1
     if acts is None:
         acts = tuple(tuple(Activation(n) for n in DEFAULT_ACTIVATIONS[cell]) for _ in range(d))
-    return RNNConfig(cell=cell, direction=direction, activations=acts, **options)
+    # flags (linear_before_reset, input_forget) go through replace, which knows the option table
+    return RNNConfig(cell=cell, direction=direction, activations=acts).replace(**options)
 
 
 def make_operands(cfg: RNNConfig, L=5, N=4, I=3, H=6, *, lens=None, scale=0.5, seed=0,

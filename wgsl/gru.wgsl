@@ -14,12 +14,7 @@
 //   gru_step        stepwise, one step (lbr=1) or lbr=0 phase 2; D·ceil(N/NB)·H4 invocations
 //   gru_persistent  workgroup (row block, d) runs steps [sched.t0, sched.t1) with h in `hs`
 
-const G: u32 = 3u;
 override LBR: bool = false;
-
-fn res_width() -> u32 {
-  return select(3u, 4u, LBR);
-}
 
 struct ZR {
   z: vec4<f32>,
@@ -30,8 +25,8 @@ struct ZR {
 fn gru_zr(d: u32, t: u32, n: u32, j4: u32, tt: u32, hz: vec4<f32>, hr: vec4<f32>) -> ZR {
   let az = xp4(d, tt, n, 0u, j4) + hz;
   let ar = xp4(d, tt, n, 1u, j4) + hr;
-  store_res(d, t, n, 3u, 0u, j4, az);
-  store_res(d, t, n, 3u, 1u, j4, ar);
+  store_res(d, t, n, 0u, j4, az);
+  store_res(d, t, n, 1u, j4, ar);
   return ZR(f4(d, az), f4(d, ar));
 }
 
@@ -41,16 +36,16 @@ fn gru_lbr1(d: u32, t: u32, n: u32, j4: u32, tt: u32, hz: vec4<f32>, hr: vec4<f3
   let az = xp4(d, tt, n, 0u, j4) + (hz + pr4(d, 0u, j4));
   let ar = xp4(d, tt, n, 1u, j4) + (hr + pr4(d, 1u, j4));
   let lin = hh + pr4(d, 2u, j4);
-  store_res(d, t, n, 4u, 0u, j4, az);
-  store_res(d, t, n, 4u, 1u, j4, ar);
-  store_res(d, t, n, 4u, 3u, j4, lin);
+  store_res(d, t, n, 0u, j4, az);
+  store_res(d, t, n, 1u, j4, ar);
+  store_res(d, t, n, 3u, j4, lin);
   return ZR(f4(d, az), xp4(d, tt, n, 2u, j4) + f4(d, ar) * lin);
 }
 
 // h' of one row from z, a_h and the previous h; writes Y and returns the state to carry.
 fn gru_finish(d: u32, t: u32, n: u32, j4: u32, tt: u32, len: u32, z: vec4<f32>, ah: vec4<f32>,
               h: vec4<f32>) -> vec4<f32> {
-  store_res(d, t, n, res_width(), 2u, j4, ah);
+  store_res(d, t, n, 2u, j4, ah);
   let hh = g4(d, ah);
   let hn = pad0(j4, hh + z * (h - hh));
   let valid = t < len;

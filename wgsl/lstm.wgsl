@@ -14,7 +14,6 @@
 //   lstm_step        stepwise, step sched.t0; D·ceil(N/NB)·H4 invocations
 //   lstm_persistent  workgroup (row block, d) runs steps [sched.t0, sched.t1) with h in `hs`
 
-const G: u32 = 4u;
 override PEEPHOLES: bool = false;
 override INPUT_FORGET: bool = false;
 
@@ -47,11 +46,11 @@ fn lstm_cell(d: u32, t: u32, n: u32, j4: u32, len: u32, acc: array<vec4<f32>, 16
     ao += pr4(d, 1u, j4) * cn;
   }
   let hn = pad0(j4, f4(d, ao) * h4(d, cn));
-  store_res(d, t, n, 5u, 0u, j4, ai);
-  store_res(d, t, n, 5u, 1u, j4, ao);
-  store_res(d, t, n, 5u, 2u, j4, af);
-  store_res(d, t, n, 5u, 3u, j4, ac);
-  store_res(d, t, n, 5u, 4u, j4, cn);
+  store_res(d, t, n, 0u, j4, ai);
+  store_res(d, t, n, 1u, j4, ao);
+  store_res(d, t, n, 2u, j4, af);
+  store_res(d, t, n, 3u, j4, ac);
+  store_res(d, t, n, 4u, j4, cn);
   let valid = t < len;
   store_y(d, tt, n, j4, select(vec4<f32>(0.0), hn, valid));
   return HC(select(prev.h, hn, valid), select(c, cn, valid));

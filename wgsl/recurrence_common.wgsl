@@ -3,7 +3,7 @@
 //
 // Module = `enable f16;` (f16 storage only) + `alias ST = f32|f16;` + this file + the generated
 // `fn act(kind, x, A, B)` (one `case` per activation of jaxgru/_src/activations.py, ids =
-// Activation.kind_id) + gru.wgsl or lstm.wgsl (which define G and their entry points).
+// Activation.kind_id) + gru.wgsl or lstm.wgsl (their entry points).
 //
 // Shapes: D directions, L steps, N batch rows (of this chunk), H hidden units, H4 = ceil(H/4),
 // HP = 4·H4; per-unit data is vec4-packed over 4 consecutive units j = 4·j4 .. 4·j4+3, padding
@@ -23,7 +23,10 @@
 //   8  dims    uniform Dims
 //   9  sched   uniform Sched, dynamic offset: one entry per dispatch
 //
-// Overrides (all have defaults; the host sets what a pipeline needs):
+// Overrides (the host sets what a pipeline needs; G and K have no default: they come from the
+// cell's table, jaxgru/_src/cells.py):
+//   G                       gates per unit (GRU 3, LSTM 4)
+//   K                       residual blocks of H per step (cells.CellSpec.residuals)
 //   H                       hidden size;  H4, HP derived
 //   LAYOUT                  0: Y [L,D,N,H], states [D,N,H];  1: Y [N,L,D,H], states [N,D,H]
 //   REV0, REV1              direction slot d runs backwards in time
@@ -36,6 +39,8 @@
 //   BPW, WG_P, HS_LEN       persistent kernels: rows per workgroup (a multiple of NB),
 //                           (BPW/NB)·H4 invocations, vec4 length of `hs` (2·BPW·H4)
 
+override G: u32;
+override K: u32;
 override H: u32 = 1u;
 override H4: u32 = (H + 3u) / 4u;
 override HP: u32 = 4u * H4;
@@ -275,10 +280,10 @@ fn store_final(which: u32, d: u32, n: u32, j4: u32, v: vec4<f32>) {
   }
 }
 
-// Residual q (of kw = K per row) at processing step t.
-fn store_res(d: u32, t: u32, n: u32, kw: u32, q: u32, j4: u32, v: vec4<f32>) {
+// Residual q (of K per row) at processing step t.
+fn store_res(d: u32, t: u32, n: u32, q: u32, j4: u32, v: vec4<f32>) {
   if RESIDUALS {
-    let base = ((d * dims.L + t) * dims.N + n) * kw * H + q * H;
+    let base = ((d * dims.L + t) * dims.N + n) * K * H + q * H;
     for (var c = 0u; c < 4u; c++) {
       let j = 4u * j4 + c;
       if j < H {

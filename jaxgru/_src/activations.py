@@ -22,13 +22,13 @@ class _Kind:
     takes_beta: bool
     alpha: float  # default
     beta: float  # default
-    fn: Callable[[jax.Array, float, float], jax.Array]
+    fn: Callable[[jax.Array, jax.Array, jax.Array], jax.Array]  # (x, alpha, beta), alpha/beta as x.dtype scalars
     # WGSL expression of `x` (f32), `A` and `B` (f32 constants). NaN in, NaN out wherever the
     # jnp form gives NaN (`keep_nan`): WGSL's max/min/clamp would map a NaN to a bound.
     wgsl: str
 
 
-def _softplus(x, a, b):
+def _softplus(x: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
     del a, b
     return jax.nn.softplus(x)
 

@@ -1,115 +1,34 @@
-"""Public entry points: normalise options, validate, materialise absent operands, dispatch."""
+"""Public entry points: normalise options, validate, materialise absent operands, dispatch.
+
+The keyword options are declared once, in ``options.OPTIONS``; the signatures below spell them
+out for readers and tests/test_options.py checks that they match the table.
+"""
 
 from __future__ import annotations
 
-import math
-import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
-from jaxgru._src import activations as _acts
 from jaxgru._src import backends, shapes
-from jaxgru._src.core import run_layer
-from jaxgru._src.options import BACKENDS, DEFAULT_ACTIVATIONS, DIRECTIONS, N_ACTIVATIONS, RNNConfig
-from jaxgru._src.params import GRUParams, LSTMParams
+from jaxgru._src.cells import direction_axis, spec
+from jaxgru._src.options import OPTIONS_BY_NAME, check_names, make_config, num_directions, option_names, pick
+from jaxgru._src.params import PARAMS_TYPE, GRUParams, LSTMParams
+from jaxgru._src.primitives import run_layer
 
-_PARAMS_TYPE = {"gru": GRUParams, "lstm": LSTMParams}
+__all__ = ["gru", "gru_cell", "gru_stack", "lstm", "lstm_cell", "lstm_stack", "make_config"]
 
-
-# --------------------------------------------------------------------------------------
-# option normalisation
-# --------------------------------------------------------------------------------------
-def _flag(fname, name, v) -> bool:
-    if isinstance(v, (bool, np.bool_)) or (isinstance(v, numbers.Integral) and v in (0, 1)):
-        return bool(v)
-    raise ValueError(f"{fname}: {name} must be a bool (or 0/1); got {v!r}.")
-
-
-def _layout(fname, v) -> int:
-    if isinstance(v, numbers.Integral) and not isinstance(v, bool) and v in (0, 1):
-        return int(v)
-    raise ValueError(f"{fname}: layout must be 0 (time-major) or 1 (batch-major); got {v!r}.")
-
-
-def _clip(fname, v) -> float | None:
-    if v is None:
-        return None
-    if not isinstance(v, numbers.Real) or isinstance(v, bool):
-        raise TypeError(f"{fname}: clip must be a positive number or None; got {v!r}.")
-    v = float(v)
-    if math.isnan(v) or v <= 0:
-        raise ValueError(f"{fname}: clip must be a positive number or None; got {v!r}.")
-    return None if math.isinf(v) else v
-
-
-def _floats(fname, name, v) -> tuple[float, ...]:
-    if v is None:
-        return ()
-    if isinstance(v, numbers.Real) and not isinstance(v, bool):
-        v = (v,)
-    if not isinstance(v, (Sequence, np.ndarray)) or isinstance(v, str):
-        raise TypeError(f"{fname}: {name} must be a list of numbers or None; got {v!r}.")
-    out = []
-    for e in v:
-        if not isinstance(e, numbers.Real) or isinstance(e, bool) or math.isnan(float(e)):
-            raise TypeError(f"{fname}: {name} must be a list of numbers; got element {e!r}.")
-        out.append(float(e))
-    return tuple(out)
-
-
-def _activations(fname, cell, d, names, alpha, beta):
-    per_dir = N_ACTIVATIONS[cell]
-    if names is None:
-        names = DEFAULT_ACTIVATIONS[cell] * d
-    elif isinstance(names, str) or not isinstance(names, Sequence):
-        raise TypeError(f"{fname}: activations must be a list of names; got {names!r}.")
-    names = list(names)
-    if len(names) != per_dir * d:
-        raise ValueError(
-            f"{fname}: activations must list {per_dir} activations per direction "
-            f"({per_dir * d} for {d} direction(s)); got {len(names)}: {names}."
-        )
-    resolved = _acts.resolve(
-        names, _floats(fname, "activation_alpha", alpha), _floats(fname, "activation_beta", beta),
-        argname="activations", fname=fname,
-    )
-    return tuple(resolved[i * per_dir : (i + 1) * per_dir] for i in range(d))
-
-
-def make_config(
-    cell, fname, *, direction, layout, linear_before_reset=False, input_forget=False,
-    activations=None, activation_alpha=None, activation_beta=None, clip=None, backend="auto",
-    ragged=False, peepholes=False,
-) -> RNNConfig:
-    """Validate the options of one call and build its static config."""
-    if direction not in DIRECTIONS:
-        raise ValueError(f"{fname}: direction must be one of {DIRECTIONS}; got {direction!r}.")
-    if backend not in BACKENDS:
-        raise ValueError(f"{fname}: backend must be one of {BACKENDS}; got {backend!r}.")
-    d = 2 if direction == "bidirectional" else 1
-    cfg = RNNConfig(
-        cell=cell,
-        direction=direction,
-        layout=_layout(fname, layout),
-        linear_before_reset=_flag(fname, "linear_before_reset", linear_before_reset),
-        input_forget=_flag(fname, "input_forget", input_forget),
-        activations=_activations(fname, cell, d, activations, activation_alpha, activation_beta),
-        clip=_clip(fname, clip),
-        ragged=ragged,
-        peepholes=peepholes,
-        backend=backend,
-    )
-    return cfg
+_OPTION = OPTIONS_BY_NAME
 
 
 # --------------------------------------------------------------------------------------
 # operands
 # --------------------------------------------------------------------------------------
-def _array(fname, name, v):
+def _array(fname: str, name: str, v: Any) -> Any:
     if isinstance(v, (jax.Array, np.ndarray)) or hasattr(v, "__jax_array__"):
         return v
     try:
@@ -118,8 +37,8 @@ def _array(fname, name, v):
         raise TypeError(f"{fname}: {name} must be an array; got {type(v).__name__}.") from e
 
 
-def _check_params(fname, cell, params):
-    cls = _PARAMS_TYPE[cell]
+def _check_params(fname: str, cell: str, params: Any) -> None:
+    cls = PARAMS_TYPE[cell]
     if not isinstance(params, cls):
         raise TypeError(
             f"{fname}: params must be jaxgru.{cls.__name__}; got {type(params).__name__}."
@@ -134,7 +53,7 @@ def _check_params(fname, cell, params):
         shapes.check_float(fname, f"params.{field}", v)
 
 
-def _concrete_lens(fname, lens, length):
+def _concrete_lens(fname: str, lens: Any, length: int) -> None:
     try:
         values = np.asarray(lens)
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
@@ -146,66 +65,68 @@ def _concrete_lens(fname, lens, length):
         )
 
 
-def _layer(cell, fname, params, x, *, initial_h=None, initial_c=None, sequence_lens=None,
-           direction="forward", layout=0, linear_before_reset=False, input_forget=False,
-           activations=None, activation_alpha=None, activation_beta=None, clip=None,
-           backend="auto"):
+def _lens(fname: str, sequence_lens: Any, batch: int, length: int) -> Any:
+    if sequence_lens is None:
+        return jnp.full((batch,), length, jnp.int32)
+    lens = _array(fname, "sequence_lens", sequence_lens)
+    if not np.issubdtype(np.dtype(lens.dtype), np.integer):
+        raise TypeError(
+            f"{fname}: sequence_lens must have an integer dtype; got {np.dtype(lens.dtype).name}."
+        )
+    shapes.check_shape(fname, "sequence_lens", lens, (batch,), "(batch,)")
+    _concrete_lens(fname, lens, length)
+    return jnp.asarray(lens).astype(jnp.int32)
+
+
+def _layer(cell: str, fname: str, params: Any, x: Any, states: Mapping[str, Any], sequence_lens: Any,
+           options: Mapping[str, Any]) -> tuple[jax.Array, ...]:
+    """One layer: validate, materialise absent operands as zeros, bind.
+
+    Args:
+      states: initial states by operand name (``initial_h``[, ``initial_c``]); None for zeros.
+      options: keyword options of the cell (``options.OPTIONS``).
+    """
+    cs = spec(cell)
     _check_params(fname, cell, params)
     x = _array(fname, "x", x)
     shapes.check_float(fname, "x", x)
-    peep = cell == "lstm" and params.p is not None
-    cfg = make_config(
-        cell, fname, direction=direction, layout=layout, linear_before_reset=linear_before_reset,
-        input_forget=input_forget, activations=activations, activation_alpha=activation_alpha,
-        activation_beta=activation_beta, clip=clip, backend=backend,
-        ragged=sequence_lens is not None, peepholes=peep,
-    )
-    w = _array(fname, "params.w", params.w)
+    state_ops = {o.name: o for o in cs.state_operands}
+    for name in states:
+        if name not in state_ops:
+            raise TypeError(f"{fname}: {name} is not an argument of the {cell.upper()}.")
+    peepholes = bool(cs.peepholes) and params.p is not None
+    cfg = make_config(cell, fname, ragged=sequence_lens is not None, peepholes=peepholes, **options)
     r = _array(fname, "params.r", params.r)
-    shapes.check_rank(fname, "x", x, 3, "(seq_length, batch, input_size)" if cfg.layout == 0
-                      else "(batch, seq_length, input_size)")
+    shapes.check_rank(fname, "x", x, 3, shapes.x_meaning(cfg.layout))
     shapes.check_rank(fname, "params.r", r, 3, "(num_directions, gates*hidden, hidden)")
-    length, batch, _, hidden, d = shapes.sizes(cfg, x, r)
-    g = cfg.num_gates
-    # One storage dtype for the call: JAX's promotion of every floating input.
-    given = [x, w, r] + [_array(fname, n, v) for n, v in (
-        ("params.b", params.b), ("params.p", getattr(params, "p", None)),
-        ("initial_h", initial_h), ("initial_c", initial_c)) if v is not None]
-    for n, v in (("initial_h", initial_h), ("initial_c", initial_c)):
+    length, batch, isize, hidden, d = shapes.sizes(cfg, x, r)
+    given = {f: _array(fname, f"params.{f}", getattr(params, f)) for f in cs.param_fields
+             if getattr(params, f) is not None}
+    for name, v in states.items():
         if v is not None:
-            shapes.check_float(fname, n, _array(fname, n, v))
+            given[state_ops[name].field] = v = _array(fname, name, v)
+            shapes.check_float(fname, name, v)
+    # One storage dtype for the call: JAX's promotion of every floating input, canonical (a
+    # numpy float64 input computes in float32 unless x64 is on, as jnp functions do, silently).
     dtype = x.dtype
     with jax.numpy_dtype_promotion("standard"):  # documented rule, whatever the user's setting
-        for a in given[1:]:
+        for a in given.values():
             dtype = jnp.promote_types(dtype, a.dtype)
-    cast = lambda v: jnp.asarray(v).astype(dtype)
-    zeros = lambda shape: jnp.zeros(shape, dtype)
-    st = shapes.state_shape(cfg, batch, hidden)
-    b = zeros((d, 2 * g * hidden)) if params.b is None else cast(params.b)
-    h0 = zeros(st) if initial_h is None else cast(initial_h)
-    if sequence_lens is None:
-        lens = jnp.full((batch,), length, jnp.int32)
-    else:
-        lens = _array(fname, "sequence_lens", sequence_lens)
-        if not np.issubdtype(np.dtype(lens.dtype), np.integer):
-            raise TypeError(
-                f"{fname}: sequence_lens must have an integer dtype; got {np.dtype(lens.dtype).name}."
-            )
-        shapes.check_shape(fname, "sequence_lens", lens, (batch,), "(batch,)")
-        _concrete_lens(fname, lens, length)
-        lens = jnp.asarray(lens).astype(jnp.int32)
-    if cell == "gru":
-        if initial_c is not None:
-            raise TypeError(f"{fname}: initial_c is an LSTM argument.")
-        operands = [cast(x), cast(w), cast(r), b, h0, lens]
-    else:
-        p = zeros((d, 3 * hidden)) if params.p is None else cast(params.p)
-        c0 = zeros(st) if initial_c is None else cast(initial_c)
-        operands = [cast(x), cast(w), cast(r), b, p, h0, c0, lens]
+    dtype = jax.dtypes.canonicalize_dtype(dtype)
+    zeros = {f: s for f, (s, _) in cs.param_shapes(d, hidden, isize).items()}
+    zeros.update({o.field: shapes.state_shape(cfg, batch, hidden) for o in cs.state_operands})
+    values = {"x": x, "lens": _lens(fname, sequence_lens, batch, length), **given}
+    operands = []
+    for o in cs.operands:
+        v = values.get(o.field)
+        if o.kind == "lens":
+            operands.append(v)
+        else:
+            operands.append(jnp.zeros(zeros[o.field], dtype) if v is None else jnp.asarray(v).astype(dtype))
     shapes.check_operands(cfg, fname, operands)
     cfg = cfg.replace(backend=backends.resolve(cfg.backend, fname, dtype))
-    outs = run_layer(cfg, operands)
-    return tuple(o.astype(x.dtype) for o in outs)
+    out_dtype = jax.dtypes.canonicalize_dtype(x.dtype)
+    return tuple(o.astype(out_dtype) for o in run_layer(cfg, operands))
 
 
 # --------------------------------------------------------------------------------------
@@ -213,10 +134,10 @@ def _layer(cell, fname, params, x, *, initial_h=None, initial_c=None, sequence_l
 # --------------------------------------------------------------------------------------
 def gru(
     params: GRUParams,
-    x: jax.Array,
+    x: ArrayLike,
     *,
-    initial_h: jax.Array | None = None,
-    sequence_lens: jax.Array | None = None,
+    initial_h: ArrayLike | None = None,
+    sequence_lens: ArrayLike | None = None,
     direction: str = "forward",
     layout: int = 0,
     linear_before_reset: bool = False,
@@ -257,21 +178,18 @@ def gru(
       >>> y.shape, y_h.shape
       ((7, 1, 2, 5), (1, 2, 5))
     """
-    return _layer(
-        "gru", "jaxgru.gru", params, x, initial_h=initial_h, sequence_lens=sequence_lens,
-        direction=direction, layout=layout, linear_before_reset=linear_before_reset,
-        activations=activations, activation_alpha=activation_alpha,
-        activation_beta=activation_beta, clip=clip, backend=backend,
-    )
+    y, y_h = _layer("gru", "jaxgru.gru", params, x, {"initial_h": initial_h}, sequence_lens,
+                    pick(option_names("gru"), locals()))
+    return y, y_h
 
 
 def lstm(
     params: LSTMParams,
-    x: jax.Array,
+    x: ArrayLike,
     *,
-    initial_h: jax.Array | None = None,
-    initial_c: jax.Array | None = None,
-    sequence_lens: jax.Array | None = None,
+    initial_h: ArrayLike | None = None,
+    initial_c: ArrayLike | None = None,
+    sequence_lens: ArrayLike | None = None,
     direction: str = "forward",
     layout: int = 0,
     input_forget: bool = False,
@@ -312,19 +230,24 @@ def lstm(
       >>> y.shape, y_c.shape
       ((2, 7, 1, 5), (2, 1, 5))
     """
-    return _layer(
-        "lstm", "jaxgru.lstm", params, x, initial_h=initial_h, initial_c=initial_c,
-        sequence_lens=sequence_lens, direction=direction, layout=layout,
-        input_forget=input_forget, activations=activations, activation_alpha=activation_alpha,
-        activation_beta=activation_beta, clip=clip, backend=backend,
-    )
+    y, y_h, y_c = _layer("lstm", "jaxgru.lstm", params, x, {"initial_h": initial_h, "initial_c": initial_c},
+                         sequence_lens, pick(option_names("lstm"), locals()))
+    return y, y_h, y_c
 
 
-def _cell_inputs(fname, params, x_t, states):
+def _cell(cell: str, fname: str, params: Any, x_t: Any, states: dict[str, Any], options: dict[str, Any]
+          ) -> tuple[jax.Array, ...]:
+    """One time step: a one-step layer (D = 1, layout 0) on ``x_t [N, I]`` and states ``[N, H]``.
+
+    Args:
+      states: the previous states by their argument name (``h``[, ``c``]), in the cell's order.
+    """
+    _check_params(fname, cell, params)
+    check_names(fname, options, option_names(cell, per_step=True))
     x_t = _array(fname, "x_t", x_t)
     shapes.check_rank(fname, "x_t", x_t, 2, "(batch, input_size)")
-    states = [(name, _array(fname, name, s)) for name, s in states]
-    for name, s in states:
+    arrays = {name: _array(fname, name, s) for name, s in states.items()}
+    for name, s in arrays.items():
         shapes.check_rank(fname, name, s, 2, "(batch, hidden)")
     w = _array(fname, "params.w", params.w)
     if len(w.shape) != 3 or w.shape[0] != 1:
@@ -335,14 +258,15 @@ def _cell_inputs(fname, params, x_t, states):
     # name the cell's own arguments (the layer below would report initial_h / initial_c / x)
     shapes.check_float(fname, "x_t", x_t)
     r = _array(fname, "params.r", params.r)
-    for name, s in states:
+    for name, s in arrays.items():
         shapes.check_float(fname, name, s)
         if len(r.shape) == 3:
             shapes.check_shape(fname, name, s, (x_t.shape[0], r.shape[-1]), "(batch, hidden)")
-    return x_t[None]
+    initial = {o.name: jnp.asarray(s)[None] for o, s in zip(spec(cell).state_operands, arrays.values())}
+    return _layer(cell, fname, params, x_t[None], initial, None, options)[1:]
 
 
-def gru_cell(params: GRUParams, x_t: jax.Array, h: jax.Array, **options: Any) -> jax.Array:
+def gru_cell(params: GRUParams, x_t: ArrayLike, h: ArrayLike, **options: Any) -> jax.Array:
     """One GRU time step (D = 1).
 
     Args:
@@ -355,17 +279,12 @@ def gru_cell(params: GRUParams, x_t: jax.Array, h: jax.Array, **options: Any) ->
     Returns:
       The new hidden state ``[N, H]``.
     """
-    fname = "jaxgru.gru_cell"
-    _check_params(fname, "gru", params)
-    _only(fname, options, ("linear_before_reset", "activations", "activation_alpha",
-                           "activation_beta", "clip", "backend"))
-    xs = _cell_inputs(fname, params, x_t, (("h", h),))
-    _, y_h = _layer("gru", fname, params, xs, initial_h=jnp.asarray(h)[None], **options)
+    (y_h,) = _cell("gru", "jaxgru.gru_cell", params, x_t, {"h": h}, options)
     return y_h[0]
 
 
 def lstm_cell(
-    params: LSTMParams, x_t: jax.Array, h: jax.Array, c: jax.Array, **options: Any
+    params: LSTMParams, x_t: ArrayLike, h: ArrayLike, c: ArrayLike, **options: Any
 ) -> tuple[jax.Array, jax.Array]:
     """One LSTM time step (D = 1).
 
@@ -380,37 +299,26 @@ def lstm_cell(
     Returns:
       ``(h, c)``, the new hidden and cell states ``[N, H]``.
     """
-    fname = "jaxgru.lstm_cell"
-    _check_params(fname, "lstm", params)
-    _only(fname, options, ("input_forget", "activations", "activation_alpha",
-                           "activation_beta", "clip", "backend"))
-    xs = _cell_inputs(fname, params, x_t, (("h", h), ("c", c)))
-    _, y_h, y_c = _layer("lstm", fname, params, xs, initial_h=jnp.asarray(h)[None],
-                         initial_c=jnp.asarray(c)[None], **options)
+    y_h, y_c = _cell("lstm", "jaxgru.lstm_cell", params, x_t, {"h": h, "c": c}, options)
     return y_h[0], y_c[0]
 
 
-def _only(fname, options, allowed):
-    for k in options:
-        if k not in allowed:
-            raise TypeError(f"{fname}: unexpected option {k!r}; allowed: {', '.join(allowed)}.")
-
-
-def _stack(cell, fname, layers, x, states, options):
-    cls = _PARAMS_TYPE[cell]
+def _stack(cell: str, fname: str, layers: Any, x: Any, states: dict[str, Any], options: dict[str, Any]
+           ) -> tuple[jax.Array, ...]:
+    """Layers in sequence; each layer's options are ``options`` (minus ``sequence_lens``)."""
+    cls = PARAMS_TYPE[cell]
     if isinstance(layers, cls) or not isinstance(layers, Sequence) or not layers:
         raise TypeError(
             f"{fname}: layers must be a non-empty list of jaxgru.{cls.__name__}; got "
             f"{type(layers).__name__}."
         )
-    allowed = ("sequence_lens", "direction", "layout", "activations", "activation_alpha",
-               "activation_beta", "clip", "backend")
-    _only(fname, options, allowed + (("linear_before_reset",) if cell == "gru" else ("input_forget",)))
-    direction = options.get("direction", "forward")
-    if direction not in DIRECTIONS:
-        raise ValueError(f"{fname}: direction must be one of {DIRECTIONS}; got {direction!r}.")
-    layout = _layout(fname, options.get("layout", 0))
-    d = 2 if direction == "bidirectional" else 1
+    check_names(fname, options, ("sequence_lens", *option_names(cell)))
+    options = dict(options)
+    sequence_lens = options.pop("sequence_lens", None)
+    direction = _OPTION["direction"].check(fname, "direction", options.get("direction", "forward"))
+    layout = _OPTION["layout"].check(fname, "layout", options.get("layout", 0))
+    d = num_directions(direction)
+    axis = direction_axis("state", layout)
     n_layers = len(layers)
     x = _array(fname, "x", x)
     init = {}
@@ -419,24 +327,25 @@ def _stack(cell, fname, layers, x, states, options):
             continue
         s = _array(fname, name, s)
         shapes.check_rank(fname, name, s, 3, "(num_layers*num_directions, batch, hidden)")
-        axis = 0 if layout == 0 else 1
         if s.shape[axis] != n_layers * d:
             raise ValueError(
                 f"{fname}: {name} must have num_layers*num_directions={n_layers * d} entries "
                 f"on axis {axis}; got shape {tuple(s.shape)}."
             )
         init[name] = s
-    outs_h, outs_c = [], []
-    y = None
+    finals: list[list[jax.Array]] = [[] for _ in states]
+    y = x
     for k, params in enumerate(layers):
-        lname = f"{fname} (layers[{k}])"
-        kw = {n: jax.lax.slice_in_dim(s, k * d, (k + 1) * d, axis=0 if layout == 0 else 1)
-              for n, s in init.items()}
-        res = _layer(cell, lname, params, x, **kw, **options)
-        y = res[0]
-        outs_h.append(res[1])
-        if cell == "lstm":
-            outs_c.append(res[2])
+        w_shape = jnp.shape(params.w) if isinstance(params, cls) and params.w is not None else ()
+        if k and len(w_shape) == 3 and w_shape[-1] != x.shape[-1]:
+            raise ValueError(
+                f"{fname}: layers[{k}] must read the previous layer's outputs, num_directions*hidden="
+                f"{x.shape[-1]} features; got params.w of shape {tuple(w_shape)} (input_size {w_shape[-1]})."
+            )
+        kw = {n: jax.lax.slice_in_dim(s, k * d, (k + 1) * d, axis=axis) for n, s in init.items()}
+        y, *last = _layer(cell, f"{fname} (layers[{k}])", params, x, kw, sequence_lens, options)
+        for acc, s in zip(finals, last):
+            acc.append(s)
         # next layer's input: the directions' outputs side by side, [L, N, D*H] / [N, L, D*H]
         if layout == 0:
             length, _, batch, hidden = y.shape
@@ -444,12 +353,11 @@ def _stack(cell, fname, layers, x, states, options):
         else:
             batch, length, _, hidden = y.shape
             x = y.reshape(batch, length, d * hidden)
-    cat = lambda s: jnp.concatenate(s, axis=0 if layout == 0 else 1)
-    return (y, cat(outs_h)) if cell == "gru" else (y, cat(outs_h), cat(outs_c))
+    return (y, *(jnp.concatenate(s, axis=axis) for s in finals))
 
 
 def gru_stack(
-    layers: Sequence[GRUParams], x: jax.Array, *, initial_h: jax.Array | None = None, **options: Any
+    layers: Sequence[GRUParams], x: ArrayLike, *, initial_h: ArrayLike | None = None, **options: Any
 ) -> tuple[jax.Array, jax.Array]:
     """A multi-layer GRU: layer k+1 reads layer k's outputs, directions side by side.
 
@@ -458,21 +366,22 @@ def gru_stack(
       x: inputs ``[L, N, I]`` (layout 0) or ``[N, L, I]`` (layout 1).
       initial_h: ``[num_layers*D, N, H]`` (layout 0) or ``[N, num_layers*D, H]`` (layout 1),
         layer-major then direction (PyTorch's order); zeros if None.
-      **options: every keyword option of ``gru`` (applied to each layer).
+      **options: ``sequence_lens`` and every keyword option of ``gru`` (applied to each layer).
 
     Returns:
       ``(y, h_n)``: the last layer's ``y`` (as ``gru`` returns it) and the final states of
       every layer, shaped like ``initial_h``.
     """
-    return _stack("gru", "jaxgru.gru_stack", layers, x, {"initial_h": initial_h}, options)
+    y, h_n = _stack("gru", "jaxgru.gru_stack", layers, x, {"initial_h": initial_h}, options)
+    return y, h_n
 
 
 def lstm_stack(
     layers: Sequence[LSTMParams],
-    x: jax.Array,
+    x: ArrayLike,
     *,
-    initial_h: jax.Array | None = None,
-    initial_c: jax.Array | None = None,
+    initial_h: ArrayLike | None = None,
+    initial_c: ArrayLike | None = None,
     **options: Any,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """A multi-layer LSTM: layer k+1 reads layer k's outputs, directions side by side.
@@ -482,12 +391,11 @@ def lstm_stack(
       x: inputs ``[L, N, I]`` (layout 0) or ``[N, L, I]`` (layout 1).
       initial_h: ``[num_layers*D, N, H]`` (layout 0) or ``[N, num_layers*D, H]`` (layout 1).
       initial_c: like ``initial_h``.
-      **options: every keyword option of ``lstm`` (applied to each layer).
+      **options: ``sequence_lens`` and every keyword option of ``lstm`` (applied to each layer).
 
     Returns:
       ``(y, h_n, c_n)``: the last layer's ``y`` and the final states of every layer.
     """
-    return _stack(
-        "lstm", "jaxgru.lstm_stack", layers, x,
-        {"initial_h": initial_h, "initial_c": initial_c}, options,
-    )
+    y, h_n, c_n = _stack("lstm", "jaxgru.lstm_stack", layers, x,
+                         {"initial_h": initial_h, "initial_c": initial_c}, options)
+    return y, h_n, c_n

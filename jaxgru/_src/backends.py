@@ -12,9 +12,13 @@ import functools
 import os
 import sys
 import tempfile
+from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from numpy.typing import DTypeLike
 
 ENV = "JAXGRU_BACKEND"
 HARDWARE_ADAPTERS = ("DiscreteGPU", "IntegratedGPU")
@@ -62,7 +66,7 @@ def automatic() -> tuple[str, str]:
     return "wgsl", f"JAX runs on the CPU and {name} is a hardware GPU"
 
 
-def resolve(backend: str, fname: str, dtype=np.float32) -> str:
+def resolve(backend: str, fname: str, dtype: DTypeLike = np.float32) -> str:
     """Resolve "auto" and check that the chosen backend can run this call.
 
     Args:

@@ -19,14 +19,14 @@ def register_export_serialization(cls: type, name: str) -> None:
         register(cls, serialized_name=name)
 
 
-def varying_axes(x) -> frozenset:
+def varying_axes(x: jax.Array) -> frozenset:
     """The shard_map manual axes over which ``x`` varies (empty outside shard_map)."""
     aval = jax.typeof(x)
     mat = getattr(aval, "manual_axis_type", None)
     return frozenset(getattr(mat, "varying", ()) or ())
 
 
-def match_varying(*args):
+def match_varying(*args: jax.Array) -> list[jax.Array]:
     """Make every operand vary over the same shard_map axes before a ``bind``.
 
     Outside shard_map this is the identity. Inside, ``pcast(..., to="varying")`` is what lax

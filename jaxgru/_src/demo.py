@@ -18,7 +18,8 @@ import importlib
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import SupportsInt
 
 import jax
 import jax.numpy as jnp
@@ -123,7 +124,7 @@ def encode(text: str) -> np.ndarray:
     return np.array([index.get(c, unknown) for c in text], np.int32)
 
 
-def decode(tokens) -> str:
+def decode(tokens: Iterable[SupportsInt]) -> str:
     """int indices into VOCAB -> characters."""
     return "".join(VOCAB[int(t)] for t in tokens)
 

@@ -1,32 +1,124 @@
-"""What the optional Flax and Equinox modules share (framework-free): option checks, the
-options of the stack call, and reading a converter's output back into a module."""
+"""What the optional Flax and Equinox modules share (framework-free): one :class:`ModuleSpec`
+holds a module's sizes and options (validated once, at construction), initialises its weights,
+checks its inputs and runs the stack; and reading a converter's output back into a module.
+
+A module's options are the stack options of its cell (``options.OPTIONS``) with ``direction``
+replaced by ``bidirectional``; both frameworks read them from the spec.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
-from jaxgru._src.params import GRUParams, LSTMParams
+from jaxgru._src import api
+from jaxgru._src.cells import spec as cell_spec
+from jaxgru._src.options import OPTIONS_BY_NAME, check_names, make_config, option_names
+from jaxgru._src.params import PARAMS_TYPE, GRUParams, LSTMParams, init_gru, init_lstm
+from jaxgru._src.shapes import check_size
+
+Params = GRUParams | LSTMParams
+_INIT: dict[str, Callable[..., Any]] = {"gru": init_gru, "lstm": init_lstm}
+_STACK: dict[str, Callable[..., Any]] = {"gru": api.gru_stack, "lstm": api.lstm_stack}
 
 
-def static_tuple(v: Sequence | float | None) -> tuple | float | str | None:
+def module_options(cell: str) -> tuple[str, ...]:
+    """The layer options a module of ``cell`` takes as keywords (``direction`` is ``bidirectional``)."""
+    return tuple(n for n in option_names(cell) if n != "direction")
+
+
+def static_tuple(v: Any) -> Any:
     """Lists as tuples: module options must be hashable (they are static under jit)."""
     if v is None or isinstance(v, (str, numbers.Real)):
         return v
     return tuple(v)
 
 
-def stack_options(m: Any) -> dict:
-    """The keyword options of ``gru_stack`` / ``lstm_stack`` held by a module ``m``."""
-    return {"direction": "bidirectional" if m.bidirectional else "forward", "layout": m.layout,
-            "activations": m.activations, "activation_alpha": m.activation_alpha,
-            "activation_beta": m.activation_beta, "clip": m.clip, "backend": m.backend}
+@dataclasses.dataclass(frozen=True)
+class ModuleSpec:
+    """A GRU/LSTM module's construction: sizes and options, static and hashable.
+
+    Attributes:
+      cell: "gru" or "lstm".
+      name: the module's public name, for messages (``jaxgru.flax.GRU``).
+      input_size, hidden_size, num_layers: sizes.
+      bidirectional: whether each layer runs both directions.
+      options: the other layer options (``module_options(cell)``) as (name, value) pairs.
+    """
+
+    cell: str
+    name: str
+    input_size: int
+    hidden_size: int
+    num_layers: int
+    bidirectional: bool
+    options: tuple[tuple[str, Any], ...]
+
+    @classmethod
+    def make(cls, cell: str, name: str, input_size: Any, hidden_size: Any, num_layers: Any,
+             bidirectional: Any, options: dict[str, Any]) -> ModuleSpec:
+        """Validate a module's constructor arguments (every option now, not at the first call)."""
+        check_names(name, options, module_options(cell))
+        spec = cls(cell, name, check_size(name, "input_size", input_size), check_size(name, "hidden_size", hidden_size),
+                   check_size(name, "num_layers", num_layers), bool(bidirectional),
+                   tuple((k, static_tuple(options.get(k))) for k in module_options(cell) if k in options))
+        make_config(cell, name, **spec.stack_options())
+        return spec
+
+    @property
+    def num_directions(self) -> int:
+        return 2 if self.bidirectional else 1
+
+    def attribute(self, name: str) -> Any:
+        """A size or a module option by name (an option's table default when not given).
+
+        Raises:
+          AttributeError: ``name`` is neither.
+        """
+        if name in _SIZES:
+            return getattr(self, name)
+        if name not in module_options(self.cell):
+            raise AttributeError(f"{self.name} has no attribute {name!r}")
+        return dict(self.options).get(name, OPTIONS_BY_NAME[name].default)
+
+    def stack_options(self) -> dict[str, Any]:
+        """The keyword options of ``gru_stack`` / ``lstm_stack`` this module calls with."""
+        return {"direction": "bidirectional" if self.bidirectional else "forward", **dict(self.options)}
+
+    def init_layers(self, keys: Sequence[jax.Array], dtype: Any) -> list[Params]:
+        """Weights initialised like PyTorch, one key per layer."""
+        d = self.num_directions
+        return [_INIT[self.cell](k, self.input_size if i == 0 else d * self.hidden_size, self.hidden_size,
+                                 bidirectional=self.bidirectional, dtype=dtype)
+                for i, k in enumerate(keys)]
+
+    def run(self, layers: Sequence[Params], x: Any, states: dict[str, Any], sequence_lens: Any) -> tuple[Any, ...]:
+        """The stack call, after checking x's features against the module's ``input_size``."""
+        shape = jnp.shape(x)
+        if len(shape) == 3 and shape[-1] != self.input_size:
+            raise ValueError(
+                f"{self.name}: x has {shape[-1]} features on its last axis, but the module's "
+                f"input_size is {self.input_size} (x of shape {tuple(shape)})."
+            )
+        return _STACK[self.cell](list(layers), x, **states, sequence_lens=sequence_lens, **self.stack_options())
 
 
-def lstm_states(fname: str, initial_state: Any) -> dict:
+_SIZES = ("input_size", "hidden_size", "num_layers", "bidirectional")
+
+
+def spec_attribute(module: Any, name: str) -> Any:
+    """A module's ``__getattr__``: its sizes and options, read from ``module.spec``."""
+    if name.startswith("_") or name == "spec":  # not set (yet): the normal lookup's error
+        return object.__getattribute__(module, name)
+    return object.__getattribute__(module, "spec").attribute(name)
+
+
+def lstm_states(fname: str, initial_state: Any) -> dict[str, Any]:
     """An LSTM module's ``initial_state`` (a pair ``(h_0, c_0)`` or None) as stack keywords."""
     if initial_state is None:
         initial_state = (None, None)
@@ -34,6 +126,13 @@ def lstm_states(fname: str, initial_state: Any) -> dict:
         raise TypeError(f"{fname}: initial_state must be a pair (h_0, c_0) or None; "
                         f"got {type(initial_state).__name__}.")
     return {"initial_h": initial_state[0], "initial_c": initial_state[1]}
+
+
+def states_for(spec: ModuleSpec, initial_state: Any) -> dict[str, Any]:
+    """A module's ``initial_state`` (GRU: h_0; LSTM: a pair) as the stack's state keywords."""
+    if cell_spec(spec.cell).num_states == 1:
+        return {"initial_h": initial_state}
+    return lstm_states(spec.name, initial_state)
 
 
 def check_converted(fname: str, cell: str, layers: Sequence, options: dict) -> tuple[int, dict]:
@@ -47,7 +146,7 @@ def check_converted(fname: str, cell: str, layers: Sequence, options: dict) -> t
       TypeError, ValueError: layers of the wrong kind, mixed directions, or a direction the
         modules cannot express (reverse-only) or that disagrees with the weights.
     """
-    kind = GRUParams if cell == "gru" else LSTMParams
+    kind = PARAMS_TYPE[cell]
     if isinstance(layers, kind) or not isinstance(layers, Sequence) or not layers or not all(
             isinstance(p, kind) for p in layers):
         raise TypeError(f"{fname}: layers must be a non-empty list of jaxgru.{kind.__name__}; "

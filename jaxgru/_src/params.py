@@ -22,8 +22,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import DTypeLike
 
-from jaxgru._src import compat, shapes
+from jaxgru._src import cells, compat, shapes
 
 
 class GRUParams(NamedTuple):
@@ -58,22 +59,66 @@ class LSTMParams(NamedTuple):
 
 compat.register_export_serialization(GRUParams, "jaxgru.GRUParams")
 compat.register_export_serialization(LSTMParams, "jaxgru.LSTMParams")
+# The parameter class of each cell kind (its fields are cells.CellSpec.param_fields).
+PARAMS_TYPE: dict[str, type[GRUParams] | type[LSTMParams]] = {"gru": GRUParams, "lstm": LSTMParams}
 
 
-def _uniform_init(fname, key, gates, input_size, hidden_size, bidirectional, dtype):
+def _check_key(fname: str, key: object) -> None:
+    """TypeError unless ``key`` is one PRNG key: typed (``jax.random.key``) or legacy uint32.
+
+    Only the dtype and the shape are read, so a traced key is checked too.
+    """
+    dtype, shape = getattr(key, "dtype", None), getattr(key, "shape", None)
+    if dtype is None or not isinstance(shape, tuple):
+        got = type(key).__name__
+    else:
+        if jnp.issubdtype(dtype, jax.dtypes.prng_key):
+            if shape == ():
+                return
+        elif dtype == np.uint32 and shape == jax.eval_shape(jax.random.PRNGKey, 0).shape:
+            return  # a legacy key of the default implementation (threefry: uint32[2])
+        got = f"an array of dtype {dtype} and shape {shape}"
+    raise TypeError(
+        f"{fname}: key must be a JAX PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)); got {got}."
+    )
+
+
+def _check_dtype(fname: str, dtype: DTypeLike | None) -> None:
+    """TypeError unless ``dtype`` names a floating dtype (None: JAX's default float)."""
+    if dtype is None:
+        return
+    try:
+        got = jnp.dtype(dtype)
+    except TypeError:  # not a dtype at all ("abc", an object)
+        got = None
+    if got is not None and jnp.issubdtype(got, jnp.floating):
+        return
+    raise TypeError(f"{fname}: dtype must be a floating dtype (float16, bfloat16, float32 or float64); "
+                    f"got {repr(dtype) if got is None else got.name}.")
+
+
+def _uniform_init(
+    fname: str,
+    cell: str,
+    key: jax.Array,
+    input_size: int,
+    hidden_size: int,
+    bidirectional: bool,
+    dtype: DTypeLike | None,
+) -> list[jax.Array]:
+    """``w``, ``r``, ``b`` of ``cell`` from U(-1/sqrt(H), 1/sqrt(H)), one split of ``key`` each."""
+    _check_key(fname, key)
     input_size = shapes.check_size(fname, "input_size", input_size)
     hidden_size = shapes.check_size(fname, "hidden_size", hidden_size)
     if not isinstance(bidirectional, (bool, np.bool_)):
         raise TypeError(f"{fname}: bidirectional must be a bool; got {bidirectional!r}.")
+    _check_dtype(fname, dtype)
     d = 2 if bidirectional else 1
     bound = 1.0 / math.sqrt(hidden_size)
-    sizes = (
-        (d, gates * hidden_size, input_size),
-        (d, gates * hidden_size, hidden_size),
-        (d, 2 * gates * hidden_size),
-    )
-    keys = jax.random.split(key, len(sizes))
-    return [jax.random.uniform(k, s, dtype, -bound, bound) for k, s in zip(keys, sizes)]
+    param_shapes = cells.spec(cell).param_shapes(d, hidden_size, input_size)
+    fields = ("w", "r", "b")  # no peepholes: LSTMParams.p stays None
+    keys = jax.random.split(key, len(fields))
+    return [jax.random.uniform(k, param_shapes[f][0], dtype, -bound, bound) for k, f in zip(keys, fields)]
 
 
 def init_gru(
@@ -82,12 +127,12 @@ def init_gru(
     hidden_size: int,
     *,
     bidirectional: bool = False,
-    dtype: jnp.dtype = jnp.float32,
+    dtype: DTypeLike = jnp.float32,
 ) -> GRUParams:
     """Initialise GRU weights like PyTorch: every entry from U(-1/sqrt(H), 1/sqrt(H)).
 
     Args:
-      key: a JAX PRNG key.
+      key: a JAX PRNG key: ``jax.random.key(seed)`` or ``jax.random.PRNGKey(seed)``.
       input_size: I, the number of input features.
       hidden_size: H, the number of hidden units.
       bidirectional: create weights for two directions (D = 2).
@@ -95,8 +140,13 @@ def init_gru(
 
     Returns:
       GRUParams with ``w [D, 3H, I]``, ``r [D, 3H, H]``, ``b [D, 6H]``.
+
+    Raises:
+      TypeError: ``key`` is not one PRNG key (typed, or legacy ``uint32[2]``), ``dtype`` is not
+        a floating dtype, or ``bidirectional`` is not a bool.
+      ValueError: ``input_size`` or ``hidden_size`` is not a positive int.
     """
-    return GRUParams(*_uniform_init("jaxgru.init_gru", key, 3, input_size, hidden_size, bidirectional, dtype))
+    return GRUParams(*_uniform_init("jaxgru.init_gru", "gru", key, input_size, hidden_size, bidirectional, dtype))
 
 
 def init_lstm(
@@ -105,12 +155,12 @@ def init_lstm(
     hidden_size: int,
     *,
     bidirectional: bool = False,
-    dtype: jnp.dtype = jnp.float32,
+    dtype: DTypeLike = jnp.float32,
 ) -> LSTMParams:
     """Initialise LSTM weights like PyTorch: every entry from U(-1/sqrt(H), 1/sqrt(H)).
 
     Args:
-      key: a JAX PRNG key.
+      key: a JAX PRNG key: ``jax.random.key(seed)`` or ``jax.random.PRNGKey(seed)``.
       input_size: I, the number of input features.
       hidden_size: H, the number of hidden units.
       bidirectional: create weights for two directions (D = 2).
@@ -118,5 +168,10 @@ def init_lstm(
 
     Returns:
       LSTMParams with ``w [D, 4H, I]``, ``r [D, 4H, H]``, ``b [D, 8H]`` and no peepholes.
+
+    Raises:
+      TypeError: ``key`` is not one PRNG key (typed, or legacy ``uint32[2]``), ``dtype`` is not
+        a floating dtype, or ``bidirectional`` is not a bool.
+      ValueError: ``input_size`` or ``hidden_size`` is not a positive int.
     """
-    return LSTMParams(*_uniform_init("jaxgru.init_lstm", key, 4, input_size, hidden_size, bidirectional, dtype))
+    return LSTMParams(*_uniform_init("jaxgru.init_lstm", "lstm", key, input_size, hidden_size, bidirectional, dtype))

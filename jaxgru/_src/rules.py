@@ -1,4 +1,4 @@
-"""Autodiff and batching rules of the primitives.
+"""Autodiff and batching rules of a cell's three primitives (registered in primitives.py).
 
 * jvp of the forward: run the forward once with residuals, then the tangent primitive.
 * transpose of the tangent primitive: the backward primitive. So ``grad`` holds exactly one
@@ -9,30 +9,38 @@
   the batch axis N, so one primitive call serves the whole vmap. A vmapped weight (an
   ensemble) moves to a leading ensemble axis; the backward always uses the ensemble axis
   because its weight gradients must stay per member.
+
+Every rule takes the cell's :class:`Primitives` first (bound with ``functools.partial``).
 """
 
 from __future__ import annotations
 
-from functools import partial
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 
-from jaxgru._src.compat import ad, batching, match_varying
+from jaxgru._src import lowering
+from jaxgru._src.cells import Kind, batch_axis, spec
+from jaxgru._src.compat import Primitive, ad, match_varying
 from jaxgru._src.options import RNNConfig
-from jaxgru._src.primitives import (
-    CELLS,
-    backward_p,
-    forward_p,
-    n_operands,
-    reference_backward,
-    reference_forward,
-    reference_tangent,
-    tangent_p,
-)
+
+Role = Literal["forward", "tangent", "backward"]
 
 
-def _instantiate(t, like):
+@dataclasses.dataclass(frozen=True)
+class Primitives:
+    """The three primitives of one cell kind."""
+
+    cell: str
+    forward: Primitive
+    tangent: Primitive
+    backward: Primitive
+
+
+def _instantiate(t: Any, like: Any) -> Any:
     if type(t) is ad.Zero:
         return jnp.zeros(like.shape, like.dtype) if like is not None else ad.instantiate_zeros(t)
     return t
@@ -41,51 +49,52 @@ def _instantiate(t, like):
 # --------------------------------------------------------------------------------------
 # jvp
 # --------------------------------------------------------------------------------------
-def _forward_jvp(primals, tangents, *, cfg: RNNConfig, ensemble: int, residuals: bool):
-    cell = cfg.cell
+def forward_jvp(p: Primitives, primals: Sequence[Any], tangents: Sequence[Any], *, cfg: RNNConfig,
+                ensemble: int, residuals: bool) -> tuple[Any, Any]:
     floats = primals[:-1]
     if residuals:  # higher order only: differentiate the reference
-        return _jvp_via(reference_forward(cfg, ensemble, True), forward_p[cell],
-                        primals, tangents, dict(cfg=cfg, ensemble=ensemble, residuals=True))
-    outs = forward_p[cell].bind(*primals, cfg=cfg, ensemble=ensemble, residuals=True)
+        return _jvp_via(lowering.reference_forward(cfg, ensemble, True), p.forward, primals, tangents,
+                        dict(cfg=cfg, ensemble=ensemble, residuals=True))
+    outs = p.forward.bind(*primals, cfg=cfg, ensemble=ensemble, residuals=True)
     y, res = outs[0], outs[-1]
-    tans = [_instantiate(t, p) for t, p in zip(tangents[:-1], floats)]
-    args = match_varying(*primals, y, res, *tans)
-    t_outs = tangent_p[cell].bind(*args, cfg=cfg, ensemble=ensemble)
+    tans = [_instantiate(t, a) for t, a in zip(tangents[:-1], floats)]
+    t_outs = p.tangent.bind(*match_varying(*primals, y, res, *tans), cfg=cfg, ensemble=ensemble)
     return outs[:-1], t_outs
 
 
-def _jvp_via(ref_fn, prim, primals, tangents, params):
+def _jvp_via(ref_fn: Callable[..., Any], prim: Primitive, primals: Sequence[Any], tangents: Sequence[Any],
+             params: dict[str, Any]) -> tuple[Any, list[Any]]:
     """jvp rule through ``jax.jvp`` of the reference, for every float operand."""
     outs = prim.bind(*primals, **params)
-    is_float = [jnp.issubdtype(p.dtype, jnp.floating) for p in primals]
-    fl = [p for p, f in zip(primals, is_float) if f]
-    tans = [_instantiate(t, p) for t, p, f in zip(tangents, primals, is_float) if f]
+    is_float = [jnp.issubdtype(a.dtype, jnp.floating) for a in primals]
+    fl = [a for a, f in zip(primals, is_float) if f]
+    tans = [_instantiate(t, a) for t, a, f in zip(tangents, primals, is_float) if f]
 
-    def f(*floats):
+    def f(*floats: Any) -> Any:
         it = iter(floats)
-        return ref_fn(*[next(it) if flt else p for p, flt in zip(primals, is_float)])
+        return ref_fn(*[next(it) if flt else a for a, flt in zip(primals, is_float)])
 
     _, t_outs = jax.jvp(f, tuple(fl), tuple(tans))
     return outs, list(t_outs)
 
 
-def _tangent_jvp(primals, tangents, *, cfg: RNNConfig, ensemble: int):
-    return _jvp_via(reference_tangent(cfg, ensemble), tangent_p[cfg.cell], primals, tangents,
+def tangent_jvp(p: Primitives, primals: Sequence[Any], tangents: Sequence[Any], *, cfg: RNNConfig,
+                ensemble: int) -> tuple[Any, list[Any]]:
+    return _jvp_via(lowering.reference_tangent(cfg, ensemble), p.tangent, primals, tangents,
                     dict(cfg=cfg, ensemble=ensemble))
 
 
-def _backward_jvp(primals, tangents, *, cfg: RNNConfig, ensemble: int):
-    return _jvp_via(reference_backward(cfg, ensemble), backward_p[cfg.cell], primals, tangents,
+def backward_jvp(p: Primitives, primals: Sequence[Any], tangents: Sequence[Any], *, cfg: RNNConfig,
+                 ensemble: int) -> tuple[Any, list[Any]]:
+    return _jvp_via(lowering.reference_backward(cfg, ensemble), p.backward, primals, tangents,
                     dict(cfg=cfg, ensemble=ensemble))
 
 
 # --------------------------------------------------------------------------------------
 # transpose: tangent map -> backward
 # --------------------------------------------------------------------------------------
-def _tangent_transpose(cts, *args, cfg: RNNConfig, ensemble: int):
-    cell = cfg.cell
-    n = n_operands(cell)
+def tangent_transpose(p: Primitives, cts: Sequence[Any], *args: Any, cfg: RNNConfig, ensemble: int) -> list[Any]:
+    n = spec(cfg.cell).num_operands
     primals, y, res, tans = args[:n], args[n], args[n + 1], args[n + 2 :]
     for a in (*primals, y, res):
         if ad.is_undefined_primal(a):
@@ -93,8 +102,8 @@ def _tangent_transpose(cts, *args, cfg: RNNConfig, ensemble: int):
     if all(type(c) is ad.Zero for c in cts):
         return [None] * len(args)
     cts = [ad.instantiate_zeros(c) for c in cts]
-    grads = backward_p[cell].bind(*match_varying(*primals, y, res, *cts), cfg=cfg, ensemble=ensemble)
-    out = [None] * (n + 2)
+    grads = p.backward.bind(*match_varying(*primals, y, res, *cts), cfg=cfg, ensemble=ensemble)
+    out: list[Any] = [None] * (n + 2)
     out += [g if ad.is_undefined_primal(t) else None for g, t in zip(grads, tans)]
     return out
 
@@ -102,38 +111,29 @@ def _tangent_transpose(cts, *args, cfg: RNNConfig, ensemble: int):
 # --------------------------------------------------------------------------------------
 # batching
 # --------------------------------------------------------------------------------------
-# Axis of N (the batch) per operand kind, for layout 0 / 1; None: no batch axis (weights).
-_N_AXIS = {
-    "x": (1, 0), "state": (1, 0), "lens": (0, 0), "y": (2, 0), "res": (2, 2), "param": (None, None),
-}
+def _signature(role: Role, cell: str, residuals: bool = False) -> tuple[tuple[Kind, ...], tuple[Kind, ...]]:
+    """Kinds of a primitive's operands and outputs (from the cell's table)."""
+    s = spec(cell)
+    fwd, outs = s.operand_kinds, s.outputs
+    floats: tuple[Kind, ...] = tuple(k for k in fwd if k != "lens")
+    extra: tuple[Kind, ...] = ("y", "res")
+    if role == "forward":
+        return fwd, outs + (extra[1:] if residuals else ())
+    if role == "tangent":
+        return (*fwd, *extra, *floats), outs
+    return (*fwd, *extra, *outs), floats
 
 
-def _kinds(cell):
-    fwd = ("x", "param", "param", "param", "state", "lens") if cell == "gru" else (
-        "x", "param", "param", "param", "param", "state", "state", "lens")
-    outs = ("y", "state") if cell == "gru" else ("y", "state", "state")
-    return fwd, outs
-
-
-def _signature(prim_kind, cell, residuals=False):
-    fwd, outs = _kinds(cell)
-    if prim_kind == "forward":
-        return fwd, outs + (("res",) if residuals else ())
-    if prim_kind == "tangent":
-        return (*fwd, "y", "res", *fwd[:-1]), outs
-    return (*fwd, "y", "res", *outs), fwd[:-1]
-
-
-def _batch_rule(prim, prim_kind, axis_data, args, dims, **params):
+def batch_rule(prim: Primitive, role: Role, axis_data: Any, args: Sequence[Any], dims: Sequence[int | None],
+               **params: Any) -> tuple[Any, list[int | None]]:
+    """Fold a vmapped axis into the batch axis N, or into a leading ensemble axis for weights."""
     if all(d is None for d in dims):  # e.g. jacfwd's primal part
         outs = prim.bind(*args, **params)
         return outs, [None] * len(outs)
     cfg, e = params["cfg"], params["ensemble"]
     size = axis_data.size
-    kinds_in, kinds_out = _signature(prim_kind, cfg.cell, params.get("residuals", False))
-    ensemble = prim_kind == "backward" or any(
-        d is not None and k == "param" for d, k in zip(dims, kinds_in)
-    )
+    kinds_in, kinds_out = _signature(role, cfg.cell, params.get("residuals", False))
+    ensemble = role == "backward" or any(d is not None and k == "param" for d, k in zip(dims, kinds_in))
     if ensemble:
         new = []
         for a, d in zip(args, dims):
@@ -144,10 +144,9 @@ def _batch_rule(prim, prim_kind, axis_data, args, dims, **params):
             outs = [o.reshape((size, e, *o.shape[1:])) for o in outs]
         return outs, [0] * len(outs)
     off = 1 if e else 0
-    lay = cfg.layout
     new = []
     for a, d, k in zip(args, dims, kinds_in):
-        ax = _N_AXIS[k][lay]
+        ax = batch_axis(k, cfg.layout)
         if ax is None:
             new.append(a)
             continue
@@ -160,20 +159,9 @@ def _batch_rule(prim, prim_kind, axis_data, args, dims, **params):
     outs = prim.bind(*new, **params)
     res, out_dims = [], []
     for o, k in zip(outs, kinds_out):
-        ax = _N_AXIS[k][lay] + off
+        ax = batch_axis(k, cfg.layout)
+        assert ax is not None  # every output has a batch axis
+        ax += off
         res.append(o.reshape((*o.shape[:ax], size, o.shape[ax] // size, *o.shape[ax + 1 :])))
         out_dims.append(ax)
     return res, out_dims
-
-
-# --------------------------------------------------------------------------------------
-# registration
-# --------------------------------------------------------------------------------------
-for _c in CELLS:
-    ad.primitive_jvps[forward_p[_c]] = _forward_jvp
-    ad.primitive_jvps[tangent_p[_c]] = _tangent_jvp
-    ad.primitive_jvps[backward_p[_c]] = _backward_jvp
-    ad.primitive_transposes[tangent_p[_c]] = _tangent_transpose
-    batching.fancy_primitive_batchers[forward_p[_c]] = partial(_batch_rule, forward_p[_c], "forward")
-    batching.fancy_primitive_batchers[tangent_p[_c]] = partial(_batch_rule, tangent_p[_c], "tangent")
-    batching.fancy_primitive_batchers[backward_p[_c]] = partial(_batch_rule, backward_p[_c], "backward")

@@ -1,34 +1,33 @@
-"""Shape and dtype rules: validation of every operand and the shapes of every output.
+"""Shape and dtype rules: validation of every operand, the shapes of every output, and the
+primitives' abstract evaluation.
 
 Works on anything with ``.shape`` and ``.dtype`` (arrays, tracers, avals), so the same checks
 run in the public API and in the primitives' abstract evaluation, at trace time. No backend
-imports here.
+imports here. What each operand is (name, kind, batch axis) comes from cells.py.
 """
 
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
+from typing import Any
 
+import jax
 import numpy as np
 
+from jaxgru._src.cells import batch_axis, spec
 from jaxgru._src.options import RNNConfig
+from jaxgru._src.reference.layout import compute_dtype
 
-# Names of the operands as the user knows them, in primitive operand order.
-OPERAND_NAMES = {
-    "gru": ("x", "params.w", "params.r", "params.b", "initial_h", "sequence_lens"),
-    "lstm": (
-        "x", "params.w", "params.r", "params.b", "params.p", "initial_h", "initial_c",
-        "sequence_lens",
-    ),
-}
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+Shape = tuple[int, ...]
 
 
-def _fmt(shape) -> str:
+def _fmt(shape: Sequence[Any]) -> str:
     return str(tuple(int(s) for s in shape))
 
 
-def check_rank(fname: str, name: str, a, rank: int, meaning: str) -> None:
+def check_rank(fname: str, name: str, a: Any, rank: int, meaning: str) -> None:
     if len(a.shape) != rank:
         raise ValueError(
             f"{fname}: {name} must have rank {rank} {meaning}; got shape {_fmt(a.shape)} "
@@ -36,21 +35,21 @@ def check_rank(fname: str, name: str, a, rank: int, meaning: str) -> None:
         )
 
 
-def check_shape(fname: str, name: str, a, expected: tuple[int, ...], meaning: str) -> None:
+def check_shape(fname: str, name: str, a: Any, expected: Sequence[int], meaning: str) -> None:
     if tuple(a.shape) != tuple(expected):
         raise ValueError(
             f"{fname}: {name} must have shape {meaning}={_fmt(expected)}; got {_fmt(a.shape)}."
         )
 
 
-def check_size(fname: str, name: str, value) -> int:
+def check_size(fname: str, name: str, value: Any) -> int:
     """A positive int (any integral type but bool), or ValueError naming the argument."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{fname}: {name} must be a positive int; got {value!r}.")
     return int(value)
 
 
-def check_float(fname: str, name: str, a) -> None:
+def check_float(fname: str, name: str, a: Any) -> None:
     if np.dtype(a.dtype).name not in FLOAT_DTYPES:
         raise TypeError(
             f"{fname}: {name} must have a floating dtype (one of {', '.join(FLOAT_DTYPES)}); "
@@ -58,37 +57,73 @@ def check_float(fname: str, name: str, a) -> None:
         )
 
 
-def sizes(cfg: RNNConfig, x, r) -> tuple[int, int, int, int, int]:
+def x_meaning(layout: int) -> str:
+    return "(seq_length, batch, input_size)" if layout == 0 else "(batch, seq_length, input_size)"
+
+
+def sizes(cfg: RNNConfig, x: Any, r: Any) -> tuple[int, int, int, int, int]:
     """(L, N, I, H, D) from x and r."""
     length, batch = (x.shape[0], x.shape[1]) if cfg.layout == 0 else (x.shape[1], x.shape[0])
     return length, batch, x.shape[2], r.shape[-1], cfg.num_directions
 
 
-def state_shape(cfg: RNNConfig, batch: int, hidden: int, d: int | None = None) -> tuple[int, ...]:
-    d = cfg.num_directions if d is None else d
-    return (d, batch, hidden) if cfg.layout == 0 else (batch, d, hidden)
+def state_shape_of(layout: int, d: int, batch: int, hidden: int) -> Shape:
+    """A state's shape: ``[D, N, H]`` (layout 0) or ``[N, D, H]`` (layout 1)."""
+    return (d, batch, hidden) if layout == 0 else (batch, d, hidden)
+
+
+def state_shape(cfg: RNNConfig, batch: int, hidden: int, d: int | None = None) -> Shape:
+    return state_shape_of(cfg.layout, cfg.num_directions if d is None else d, batch, hidden)
+
+
+def y_shape(layout: int, length: int, d: int, batch: int, hidden: int) -> Shape:
+    """Y's shape: ``[L, D, N, H]`` (layout 0) or ``[N, L, D, H]`` (layout 1)."""
+    return (length, d, batch, hidden) if layout == 0 else (batch, length, d, hidden)
 
 
 def state_meaning(cfg: RNNConfig) -> str:
     return "(num_directions, batch, hidden)" if cfg.layout == 0 else "(batch, num_directions, hidden)"
 
 
-def check_operands(cfg: RNNConfig, fname: str, operands, *, ensemble: int = 0) -> tuple:
+def _check_directions(fname: str, cfg: RNNConfig, r: Any) -> None:
+    """Blame ``direction`` when the weights hold the other number of directions."""
+    d, held = cfg.num_directions, int(r.shape[0])
+    if held == d or held not in (1, 2):
+        return  # the right count, or no count at all: the shape check below says what it must be
+    fix = ("pass direction='bidirectional'" if held == 2 else
+           "use direction='forward' or 'reverse', or weights for 2 directions")
+    raise ValueError(
+        f"{fname}: the params hold {held} direction(s) (params.r of shape {_fmt(r.shape)}) but "
+        f"direction={cfg.direction!r} runs {d}; {fix}."
+    )
+
+
+def _check_input_size(fname: str, x: Any, w: Any, expected: Shape) -> None:
+    """Blame x when its feature axis, not the weights, is what disagrees."""
+    if len(w.shape) == 3 and tuple(w.shape[:2]) == tuple(expected[:2]) and w.shape[2] != x.shape[2]:
+        raise ValueError(
+            f"{fname}: x has {int(x.shape[2])} features on its last axis, but the params expect "
+            f"input_size={int(w.shape[2])} (params.w of shape {_fmt(w.shape)})."
+        )
+
+
+def check_operands(cfg: RNNConfig, fname: str, operands: Sequence[Any], *, ensemble: int = 0) -> tuple[Shape, ...]:
     """Validate the operands of one layer call and return the output shapes.
 
     Args:
       cfg: the call's options.
       fname: the public function name, for messages.
-      operands: in primitive order (see ``OPERAND_NAMES``); all present.
+      operands: in primitive order (see ``cells.CellSpec.operands``); all present.
       ensemble: if > 0, every operand has a leading ensemble axis of that size.
 
     Returns:
       Shapes of (y, y_h) or (y, y_h, y_c), including the ensemble axis.
     """
-    names = OPERAND_NAMES[cfg.cell]
+    cell = spec(cfg.cell)
+    names = cell.operand_names
     if len(operands) != len(names):
         raise TypeError(f"{fname}: expected {len(names)} operands {names}; got {len(operands)}.")
-    lead = ()
+    lead: Shape = ()
     if ensemble:
         lead = (ensemble,)
         for name, a in zip(names, operands):
@@ -98,23 +133,23 @@ def check_operands(cfg: RNNConfig, fname: str, operands, *, ensemble: int = 0) -
                     f"got shape {_fmt(a.shape)}."
                 )
         operands = [_Drop(a) for a in operands]
-    x, w, r = operands[0], operands[1], operands[2]
+    ops = cell.unpack(operands)
+    x, r = ops.x, ops.r
     check_float(fname, "x", x)
-    check_rank(fname, "x", x, 3, "(seq_length, batch, input_size)" if cfg.layout == 0 else
-               "(batch, seq_length, input_size)")
+    check_rank(fname, "x", x, 3, x_meaning(cfg.layout))
     check_rank(fname, "params.r", r, 3, "(num_directions, gates*hidden, hidden)")
+    _check_directions(fname, cfg, r)
     length, batch, isize, hidden, d = sizes(cfg, x, r)
-    g = cfg.num_gates
-    gname = "3*hidden" if cfg.cell == "gru" else "4*hidden"
-    check_shape(fname, "params.r", r, (d, g * hidden, hidden), f"(num_directions, {gname}, hidden)")
-    check_shape(fname, "params.w", w, (d, g * hidden, isize), f"(num_directions, {gname}, input_size)")
-    check_shape(fname, "params.b", operands[3], (d, 2 * g * hidden), f"(num_directions, 2*{gname})")
+    expected = cell.param_shapes(d, hidden, isize)
+    check_shape(fname, "params.r", r, *expected["r"])
+    _check_input_size(fname, x, ops.w, expected["w"][0])
+    for field in cell.param_fields:
+        if field != "r":
+            check_shape(fname, f"params.{field}", getattr(ops, field), *expected[field])
     st = state_shape(cfg, batch, hidden)
-    check_shape(fname, "initial_h", operands[-3 if cfg.cell == "lstm" else -2], st, state_meaning(cfg))
-    if cfg.cell == "lstm":
-        check_shape(fname, "params.p", operands[4], (d, 3 * hidden), "(num_directions, 3*hidden)")
-        check_shape(fname, "initial_c", operands[6], st, state_meaning(cfg))
-    lens = operands[-1]
+    for o in cell.state_operands:
+        check_shape(fname, o.name, getattr(ops, o.field), st, state_meaning(cfg))
+    lens = ops.lens
     check_shape(fname, "sequence_lens", lens, (batch,), "(batch,)")
     if not np.issubdtype(np.dtype(lens.dtype), np.integer):
         raise TypeError(f"{fname}: sequence_lens must have an integer dtype; got {np.dtype(lens.dtype).name}.")
@@ -126,19 +161,94 @@ def check_operands(cfg: RNNConfig, fname: str, operands, *, ensemble: int = 0) -
             )
     if len(cfg.activations) != d:
         raise ValueError(f"{fname}: expected activations for {d} direction(s); got {len(cfg.activations)}.")
-    y = (length, d, batch, hidden) if cfg.layout == 0 else (batch, length, d, hidden)
-    outs = (y, st) if cfg.cell == "gru" else (y, st, st)
-    return tuple(lead + s for s in outs)
+    y = y_shape(cfg.layout, length, d, batch, hidden)
+    return tuple(lead + s for s in (y, *(st for _ in cell.state_operands)))
 
 
-def residual_shape(cfg: RNNConfig, length: int, batch: int, hidden: int) -> tuple[int, ...]:
-    """Shape of the forward's residuals ``[D, L, N, K]`` (see reference.py)."""
-    k = {"gru": 4 if cfg.linear_before_reset else 3, "lstm": 5}[cfg.cell]
-    return (cfg.num_directions, length, batch, k * hidden)
+def residual_shape(cfg: RNNConfig, length: int, batch: int, hidden: int) -> Shape:
+    """Shape of the forward's residuals ``[D, L, N, K·H]`` (see reference/scan.py)."""
+    return (cfg.num_directions, length, batch, spec(cfg.cell).residuals(cfg) * hidden)
 
 
 class _Drop:
     """A view of an operand without its leading (ensemble) axis, for checks."""
 
-    def __init__(self, a):
+    def __init__(self, a: Any) -> None:
         self.shape, self.dtype = tuple(a.shape[1:]), a.dtype
+
+
+# --------------------------------------------------------------------------------------
+# abstract evaluation (outputs built from input avals with .update: keeps shard_map's vma type)
+# --------------------------------------------------------------------------------------
+def fname_of(cfg: RNNConfig) -> str:
+    return f"jaxgru.{cfg.cell}"
+
+
+def _out(x: Any, cfg: RNNConfig, ensemble: int, kind: str, shape: Shape, dtype: Any) -> Any:
+    """An output aval from x's: same mesh (shard_map vma, explicit sharding) with x's batch
+    sharding moved onto the output's batch axis; every other axis unsharded."""
+    off = 1 if ensemble else 0
+    spec_ = tuple(x.sharding.spec) + (None,) * (len(x.shape) - len(x.sharding.spec))
+    x_n = batch_axis("x", cfg.layout)
+    assert x_n is not None
+    x_n += off
+    if any(s is not None for i, s in enumerate(spec_) if i not in (x_n, 0 if ensemble else -1)):
+        raise ValueError(
+            f"{fname_of(cfg)}: x may be sharded along its batch axis only; got sharding {x.sharding.spec}."
+        )
+    out: list[Any] = [None] * len(shape)
+    axis = batch_axis(kind, cfg.layout)
+    assert axis is not None
+    out[axis + off] = spec_[x_n]
+    if ensemble:
+        out[0] = spec_[0]
+    sharding = x.sharding.update(spec=jax.sharding.PartitionSpec(*out))
+    return x.update(shape=shape, dtype=dtype, weak_type=False, sharding=sharding)
+
+
+def forward_abstract(*ops: Any, cfg: RNNConfig, ensemble: int, residuals: bool) -> list[Any]:
+    """Avals of the forward's outputs: (y, y_h[, y_c]) and, with ``residuals``, res."""
+    out_shapes = check_operands(cfg, fname_of(cfg), ops, ensemble=ensemble)
+    x = ops[0]
+    kinds = spec(cfg.cell).outputs
+    outs = [_out(x, cfg, ensemble, k, s, x.dtype) for k, s in zip(kinds, out_shapes)]
+    if residuals:
+        y = out_shapes[0]
+        lead = y[:1] if ensemble else ()
+        y = y[1:] if ensemble else y
+        length, batch = (y[0], y[2]) if cfg.layout == 0 else (y[1], y[0])
+        res = residual_shape(cfg, length, batch, y[-1])
+        outs.append(_out(x, cfg, ensemble, "res", lead + res, compute_dtype(x.dtype)))
+    return outs
+
+
+def _check_tail(cfg: RNNConfig, ops: Sequence[Any], ensemble: int, tail: Sequence[Any], what: str) -> None:
+    """Validate y, res and the tangents/cotangents that follow the primals."""
+    n = spec(cfg.cell).num_operands
+    primals = ops[:n]
+    fwd = forward_abstract(*primals, cfg=cfg, ensemble=ensemble, residuals=True)
+    y, res = ops[n], ops[n + 1]
+    for name, got, want in (("y", y, fwd[0]), ("residuals", res, fwd[-1])):
+        if tuple(got.shape) != tuple(want.shape):
+            raise ValueError(f"{fname_of(cfg)}: {what}: {name} must have shape {want.shape}; got {got.shape}.")
+    rest = ops[n + 2 :]
+    if len(rest) != len(tail):
+        raise TypeError(f"{fname_of(cfg)}: {what} expects {len(tail)} trailing operands; got {len(rest)}.")
+    for a, t in zip(rest, tail):
+        if tuple(a.shape) != tuple(t.shape):
+            raise ValueError(f"{fname_of(cfg)}: {what}: operand must have shape {t.shape}; got {a.shape}.")
+
+
+def tangent_abstract(*ops: Any, cfg: RNNConfig, ensemble: int) -> list[Any]:
+    """Avals of the tangent map's outputs (those of the forward without residuals)."""
+    primals = ops[: spec(cfg.cell).num_operands]
+    _check_tail(cfg, ops, ensemble, primals[:-1], "tangent")
+    return forward_abstract(*primals, cfg=cfg, ensemble=ensemble, residuals=False)
+
+
+def backward_abstract(*ops: Any, cfg: RNNConfig, ensemble: int) -> list[Any]:
+    """Avals of the backward's outputs: one cotangent per floating operand."""
+    primals = ops[: spec(cfg.cell).num_operands]
+    outs = forward_abstract(*primals, cfg=cfg, ensemble=ensemble, residuals=False)
+    _check_tail(cfg, ops, ensemble, outs, "backward")
+    return [a.update(weak_type=False) for a in primals[:-1]]

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from jax.typing import ArrayLike
 
 from jaxgru._src import api, shapes
+from jaxgru._src.cells import batch_axis, spec
+from jaxgru._src.options import OPTIONS_BY_NAME
 
-_OPS = {api.gru: 1, api.lstm: 2, api.gru_stack: 1, api.lstm_stack: 2}  # op -> number of states
-_ARRAY_OPTIONS = ("initial_h", "initial_c", "sequence_lens")
+_OPS = {api.gru: "gru", api.lstm: "lstm", api.gru_stack: "gru", api.lstm_stack: "lstm"}  # op -> its cell
 
 
 def sharded(op: Callable, mesh: Mesh, axis: str = "batch") -> Callable:
@@ -53,41 +56,44 @@ def sharded(op: Callable, mesh: Mesh, axis: str = "batch") -> Callable:
         raise TypeError(f"jaxgru.sharded: mesh must be a jax.sharding.Mesh; got {type(mesh).__name__}.")
     if axis not in mesh.axis_names:
         raise ValueError(f"jaxgru.sharded: axis must be one of the mesh axes {mesh.axis_names}; got {axis!r}.")
-    n_states = _OPS[op]
+    cell = spec(_OPS[op])
 
     @functools.wraps(op)
-    def wrapped(params, x, **options):
-        layout = options.get("layout", 0)
-        batch_x = 1 if layout == 0 else 0
-        x = api._array("jaxgru.sharded", "x", x)  # array-likes become arrays, as in the layers
-        shapes.check_rank("jaxgru.sharded", "x", x, 3, "(seq_length, batch, input_size)" if layout == 0
-                          else "(batch, seq_length, input_size)")
+    def wrapped(params: Any, x: ArrayLike, **options: Any) -> Any:
+        layout = OPTIONS_BY_NAME["layout"].check("jaxgru.sharded", "layout", options.get("layout", 0))
+        xa = api._array("jaxgru.sharded", "x", x)  # array-likes become arrays, as in the layers
+        shapes.check_rank("jaxgru.sharded", "x", xa, 3, shapes.x_meaning(layout))
+        batch_x = batch_axis("x", layout)
+        assert batch_x is not None
         size = mesh.shape[axis]
-        if x.shape[batch_x] % size:
+        if xa.shape[batch_x] % size:
             raise ValueError(
-                f"jaxgru.sharded: the batch ({x.shape[batch_x]}, axis {batch_x} of x) must be divisible "
+                f"jaxgru.sharded: the batch ({xa.shape[batch_x]}, axis {batch_x} of x) must be divisible "
                 f"by the size of mesh axis {axis!r} ({size})."
             )
-        arrays = {k: options.pop(k) for k in _ARRAY_OPTIONS if options.get(k) is not None}
 
-        def spec(ndim, batch_axis):
-            return PartitionSpec(*[axis if i == batch_axis else None for i in range(ndim)])
+        def partition(kind: str, ndim: int) -> PartitionSpec:
+            """Split an array of ``kind`` along its batch axis over the mesh axis."""
+            batch = batch_axis(kind, layout)
+            return PartitionSpec(*[axis if i == batch else None for i in range(ndim)])
 
-        state_spec = spec(3, 1 if layout == 0 else 0)
+        # the per-example operands given as keywords (states, lengths) split like x
+        given = [o for o in cell.operands if o.kind in ("state", "lens") and options.get(o.name) is not None]
+        arrays = {o.name: options.pop(o.name) for o in given}
         in_specs = (
             PartitionSpec(),  # weights: replicated (a prefix for the whole pytree)
-            spec(3, batch_x),
-            {k: PartitionSpec(axis) if k == "sequence_lens" else state_spec for k in arrays},
+            partition("x", 3),
+            {o.name: partition(o.kind, 1 if o.kind == "lens" else 3) for o in given},
         )
-        out_specs = (spec(4, 2 if layout == 0 else 0),) + (state_spec,) * n_states
+        out_specs = tuple(partition(k, 4 if k == "y" else 3) for k in cell.outputs)
 
-        def local(p, xl, arrs):
+        def local(p: Any, xl: Any, arrs: Any) -> Any:
             return op(p, xl, **arrs, **options)
 
-        args = (params, x, arrays)
+        args = (params, xa, arrays)
         if mesh.axis_types[mesh.axis_names.index(axis)] == AxisType.Explicit:
             # explicit-sharding meshes want the inputs already laid out as in_specs says
-            args = jax.tree.map(lambda spec, a: jax.reshard(a, NamedSharding(mesh, spec)), in_specs, args,
+            args = jax.tree.map(lambda ps, a: jax.reshard(a, NamedSharding(mesh, ps)), in_specs, args,
                                 is_leaf=lambda v: isinstance(v, PartitionSpec))
         return jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=out_specs)(*args)
 

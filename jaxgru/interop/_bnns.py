@@ -45,6 +45,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from jaxgru._src.params import GRUParams, LSTMParams
 from jaxgru.interop import _common as C
 from jaxgru.interop import _layout
@@ -55,10 +57,12 @@ BNNS_DIRECTIONS = ("forward", "reverse")
 
 def _act(fname: str, name: str, value: object) -> C.Act:
     C.check_choice(fname, name, value, tuple(BNNS_ACTIVATIONS))
+    assert isinstance(value, str)  # check_choice raised otherwise
     return BNNS_ACTIVATIONS[value]
 
 
-def _weights(fname, g, input_hidden_weight, hidden_hidden_weight):
+def _weights(fname: str, g: int, input_hidden_weight: Any, hidden_hidden_weight: Any
+             ) -> tuple[np.ndarray, np.ndarray, int]:
     w = C.to_numpy(fname, "input_hidden_weight", input_hidden_weight)
     r = C.to_numpy(fname, "hidden_hidden_weight", hidden_hidden_weight)
     C.check_rank(fname, "hidden_hidden_weight", r, 2, f"({g}*hidden, hidden)")
@@ -70,7 +74,7 @@ def _weights(fname, g, input_hidden_weight, hidden_hidden_weight):
     return w, r, hidden
 
 
-def _bias(fname, name, value, g, hidden):
+def _bias(fname: str, name: str, value: Any, g: int, hidden: int) -> np.ndarray | None:
     if value is None:
         return None
     v = C.to_numpy(fname, name, value)
@@ -135,7 +139,7 @@ def from_bnns_gru(
     else:  # n = A(W_in x + r ⊙ (W_hn h) + (b_in + b_hn)): every bias on the input side
         wb, rb = to(b_h), None
     b = None if wb is None and rb is None else _layout.onnx_bias(wb, rb, like=w[:, 0])
-    params = GRUParams(C.as_jax(to(w)[None]), C.as_jax(to(r)[None]),
+    params = GRUParams(C.as_jax(_layout.to_onnx(w, order)[None]), C.as_jax(_layout.to_onnx(r, order)[None]),
                        None if b is None else C.as_jax(b[None]))
     options = {"direction": direction, "layout": 0, "linear_before_reset": True,
                **C.activation_options("gru", acts, direction)}

@@ -6,9 +6,10 @@ Gate orders and reorders live in ``_layout.py``; this module knows nothing about
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -48,8 +49,9 @@ def check_bool(fname: str, name: str, value: object) -> bool:
 
 def to_numpy(fname: str, name: str, value: object) -> np.ndarray:
     """A concrete numpy array of a floating dtype (jax/numpy arrays, lists, Flax variables)."""
-    if callable(getattr(value, "get_value", None)):  # a flax.nnx.Variable
-        value = value.get_value()
+    get_value = getattr(value, "get_value", None)
+    if callable(get_value):  # a flax.nnx.Variable
+        value = get_value()
     if isinstance(value, jax.core.Tracer):
         raise TypeError(
             f"{fname}: {name} must be a concrete array; got a traced value (call the converter "
@@ -78,6 +80,12 @@ def is_zero(a: np.ndarray | None) -> bool:
     return a is None or not np.any(np.asarray(a))
 
 
+@overload
+def as_jax(a: np.ndarray) -> jax.Array: ...
+@overload
+def as_jax(a: None) -> None: ...
+@overload
+def as_jax(a: np.ndarray | None) -> jax.Array | None: ...
 def as_jax(a: np.ndarray | None) -> jax.Array | None:
     """A jax array in the dtype of ``a`` (float64 follows JAX's x64 setting)."""
     return None if a is None else jnp.asarray(a)
@@ -91,8 +99,19 @@ def activation_options(cell: str, acts: Sequence[Act], direction: str) -> dict:
         return {}
     d = num_directions(direction)
     acts = list(acts) * d
-    alphas = [a.alpha for a in acts if lookup(a.name).takes_alpha]
-    betas = [a.beta for a in acts if lookup(a.name).takes_beta]
+    alphas: list[float] = []
+    betas: list[float] = []
+    for a in acts:
+        kind = lookup(a.name)
+        # Every Act comes from a converter's fixed table: a known ONNX name, with alpha/beta
+        # given wherever its kind takes them.
+        assert kind is not None, a
+        if kind.takes_alpha:
+            assert a.alpha is not None, a
+            alphas.append(a.alpha)
+        if kind.takes_beta:
+            assert a.beta is not None, a
+            betas.append(a.beta)
     out: dict = {"activations": [a.name for a in acts]}
     if alphas:
         out["activation_alpha"] = [float(v) for v in alphas]

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgru._src.cells import spec
 from jaxgru._src.params import GRUParams, LSTMParams
 from jaxgru.interop import _common as C
 from jaxgru.interop import _layout
@@ -200,7 +201,7 @@ def from_flax(
         r = _layout.to_onnx(_layout.kernel_to_rows(get("dense_h", "kernel")), src)
         wb, rb = None, _layout.to_onnx(get("dense_h", "bias"), src)
         cell_kind = "lstm"
-    g = 3 if cell_kind == "gru" else 4
+    g = spec(cell_kind).num_gates
     hidden = r.shape[-1]
     C.check_shape(fname, "the recurrent kernel (transposed)", r, (g * hidden, hidden),
                   f"({g}*hidden, hidden)")
@@ -214,5 +215,5 @@ def from_flax(
         a = _activation(fname, "activation_fn", source.activation_fn)
         acts = (f, a) if cell_kind == "gru" else (f, a, a)
         options.update(C.activation_options(cell_kind, acts, "forward"))
-    cls = GRUParams if cell_kind == "gru" else LSTMParams
-    return [cls(C.as_jax(w[None]), C.as_jax(r[None]), C.as_jax(b[None]))], options
+    arrays = (C.as_jax(w[None]), C.as_jax(r[None]), C.as_jax(b[None]))
+    return ([GRUParams(*arrays)] if cell_kind == "gru" else [LSTMParams(*arrays)]), options

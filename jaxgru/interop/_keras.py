@@ -64,7 +64,8 @@ def _numpy(v: Any) -> np.ndarray:
     return np.asarray(keras.ops.convert_to_numpy(v))
 
 
-def _one_layer(fname: str, layer: Any, where: str):
+def _one_layer(fname: str, layer: Any, where: str
+               ) -> tuple[str, np.ndarray, np.ndarray, np.ndarray | None, bool, tuple[Act, ...]]:
     """(cell, w [G*H, I], r [G*H, H], b [2*G*H] | None, lbr, acts) of one Keras GRU/LSTM."""
     import keras
 
@@ -185,10 +186,10 @@ def from_keras(layer: keras.layers.Layer) -> tuple[list[GRUParams] | list[LSTMPa
         b = None
     else:  # one side without bias: zeros
         b = np.stack([np.zeros(2 * w.shape[1], w.dtype) if x is None else x for x in bs])
-    cls = GRUParams if cell == "gru" else LSTMParams
-    params = cls(C.as_jax(w), C.as_jax(r), C.as_jax(b))
+    arrays = (C.as_jax(w), C.as_jax(r), C.as_jax(b))
+    layers: list[GRUParams] | list[LSTMParams] = [GRUParams(*arrays)] if cell == "gru" else [LSTMParams(*arrays)]
     options: dict[str, Any] = {"direction": direction, "layout": 1}
     if cell == "gru":
         options["linear_before_reset"] = lbr
     options.update(C.activation_options(cell, acts, direction))
-    return [params], options
+    return layers, options

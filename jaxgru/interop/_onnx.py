@@ -8,10 +8,13 @@ read: pass them to jaxgru at call time.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from jaxgru._src import cells
+from jaxgru._src.options import OPTIONS, OnnxType, Option, options_for
 from jaxgru._src.params import GRUParams, LSTMParams
 from jaxgru.interop import _common as C
 
@@ -22,11 +25,30 @@ _INPUTS = {
     "GRU": ("X", "W", "R", "B", "sequence_lens", "initial_h"),
     "LSTM": ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"),
 }
+# The attributes that are options, per node kind: (attribute, its type, the option), from OPTIONS.
+_OPTION_ATTRS: dict[str, tuple[tuple[str, OnnxType, Option], ...]] = {
+    op: tuple((o.onnx, o.onnx_type, o) for o in options_for(cell) if o.onnx is not None and o.onnx_type is not None)
+    for op, cell in (("GRU", "gru"), ("LSTM", "lstm"))
+}
+# The known attributes: the options', hidden_size (checked against R), and LSTM's
+# output_sequence, ignored: an LSTM-1 attribute (removed in opset 7) that only made Y optional;
+# jaxgru always returns Y, and which outputs the model reads is the node's outputs' business.
 _ATTRS = {
-    "GRU": {"direction", "hidden_size", "layout", "linear_before_reset", "activations",
-            "activation_alpha", "activation_beta", "clip"},
-    "LSTM": {"direction", "hidden_size", "layout", "input_forget", "activations",
-             "activation_alpha", "activation_beta", "clip", "output_sequence"},
+    "GRU": {a for a, _, _ in _OPTION_ATTRS["GRU"]} | {"hidden_size"},
+    "LSTM": {a for a, _, _ in _OPTION_ATTRS["LSTM"]} | {"hidden_size", "output_sequence"},
+}
+# Attributes ONNX added to GRU/LSTM after their first version: the default-domain opset they
+# need. onnxruntime refuses a model that sets one at an older opset (layout at opset 13:
+# "INVALID_GRAPH : ... Error Unrecognized attribute: layout for operator GRU"), so we do too.
+_SINCE_OPSET = {"layout": 14}
+_DEFAULTS = {o.name: o.default for o in OPTIONS}
+# An attribute's value (strings already decoded by _attrs) -> the option's value.
+_FROM_ONNX: dict[OnnxType, Callable[[Any], Any]] = {
+    "string": lambda v: v,  # a str (a non-string direction is refused by check_choice)
+    "int": int,
+    "float": float,
+    "strings": list,
+    "floats": list,
 }
 
 
@@ -50,7 +72,7 @@ def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
 def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     from onnx import helper
 
-    out = {}
+    out: dict[str, Any] = {}
     for a in node.attribute:
         v = helper.get_attribute_value(a)
         if isinstance(v, bytes):
@@ -65,10 +87,37 @@ def _label(index: int, node: onnx.NodeProto) -> str:
     return f"node {index} ({node.op_type}" + (f" {node.name!r})" if node.name else ")")
 
 
-def _convert_node(fname, index, node, values, graph_inputs, producers):
-    """(cell, params, options) of one GRU/LSTM node."""
+def _default_opset(model: onnx.ModelProto) -> int | None:
+    """The version of the default domain ("" or "ai.onnx") the model imports, if it does."""
+    versions = [int(imp.version) for imp in model.opset_import if imp.domain in ("", "ai.onnx")]
+    return max(versions) if versions else None
+
+
+def _options(op: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of a node's attributes (OPTIONS' ``onnx`` names), converted per ``onnx_type``
+    (int flags become bools): those with a default always, the others only when set."""
+    options: dict[str, Any] = {}
+    for attr, kind, o in _OPTION_ATTRS[op]:
+        if attr in attrs:
+            options[o.name] = bool(attrs[attr]) if o.flag else _FROM_ONNX[kind](attrs[attr])
+        elif o.default is not None:
+            options[o.name] = o.default
+    return options
+
+
+def _convert_node(
+    fname: str,
+    index: int,
+    node: onnx.NodeProto,
+    values: Mapping[str, np.ndarray],
+    graph_inputs: set[str],
+    producers: Mapping[str, onnx.NodeProto],
+    opset: int | None,
+) -> tuple[str, GRUParams | LSTMParams, dict[str, Any]]:
+    """(cell, params, options) of one GRU/LSTM node of a model importing ``opset``."""
     op = node.op_type
     cell = op.lower()
+    spec = cells.spec(cell)
     label = _label(index, node)
     names = list(node.input) + [""] * (len(_INPUTS[op]) - len(node.input))
     by_role = dict(zip(_INPUTS[op], names, strict=False))
@@ -94,53 +143,55 @@ def _convert_node(fname, index, node, values, graph_inputs, producers):
             )
         raise ValueError(f"{fname}: {label} input {role} ({name!r}) is not defined in the graph.")
 
+    def required(role: str) -> np.ndarray:
+        v = value(role, True)
+        assert v is not None  # value raises for a missing required input
+        return v
+
     attrs = _attrs(node)
     unknown = set(attrs) - _ATTRS[op]
     if unknown:
         raise NotImplementedError(f"{fname}: {label} has unsupported attributes {sorted(unknown)}; "
                                   f"expected only {sorted(_ATTRS[op])}.")
-    w, r, b = value("W", True), value("R", True), value("B")
-    p = value("P") if op == "LSTM" else None
-    direction = attrs.get("direction", "forward")
+    for attr, since in _SINCE_OPSET.items():
+        if attr in attrs and opset is not None and opset < since:
+            raise ValueError(
+                f"{fname}: {label} has the attribute {attr!r}, which ONNX added to {op} in opset "
+                f"{since}; the model imports opset {opset} of the default domain, so the attribute is "
+                f"invalid there (onnxruntime refuses the model). Raise the model's opset to {since} or "
+                "more, or drop the attribute."
+            )
+    w, r, b = required("W"), required("R"), value("B")
+    p = value("P") if spec.peepholes else None
+    direction = attrs.get("direction", _DEFAULTS["direction"])
     C.check_choice(fname, f"{label} attribute direction", direction, C.DIRECTIONS)
     d = C.num_directions(direction)
-    g = 3 if op == "GRU" else 4
-    C.check_rank(fname, f"{label} input R", r, 3, "(num_directions, gates*hidden, hidden)")
+    meaning = {f: m for f, (_, m) in spec.param_shapes(d, 0, 0).items()}
+    C.check_rank(fname, f"{label} input R", r, 3, meaning["r"])
     hidden = r.shape[-1]
     if "hidden_size" in attrs and attrs["hidden_size"] != hidden:
         raise ValueError(f"{fname}: {label} attribute hidden_size={attrs['hidden_size']} does not "
                          f"match R of shape {tuple(r.shape)} (hidden {hidden}).")
-    C.check_rank(fname, f"{label} input W", w, 3, "(num_directions, gates*hidden, input_size)")
-    C.check_shape(fname, f"{label} input W", w, (d, g * hidden, w.shape[-1]),
-                  "(num_directions, gates*hidden, input_size)")
-    C.check_shape(fname, f"{label} input R", r, (d, g * hidden, hidden),
-                  "(num_directions, gates*hidden, hidden)")
-    if b is not None:
-        C.check_shape(fname, f"{label} input B", b, (d, 2 * g * hidden),
-                      "(num_directions, 2*gates*hidden)")
-    if p is not None:
-        C.check_shape(fname, f"{label} input P", p, (d, 3 * hidden), "(num_directions, 3*hidden)")
+    C.check_rank(fname, f"{label} input W", w, 3, meaning["w"])
+    expected = spec.param_shapes(d, hidden, w.shape[-1])
+    for role, a in (("W", w), ("R", r), ("B", b), ("P", p)):
+        if a is not None:
+            shape, what = expected[role.lower()]
+            C.check_shape(fname, f"{label} input {role}", a, shape, what)
     C.same_dtype(fname, {"W": w, "R": r, "B": b, "P": p})
-    layout = attrs.get("layout", 0)
+    layout = attrs.get("layout", _DEFAULTS["layout"])
     if layout not in (0, 1):
         raise ValueError(f"{fname}: {label} attribute layout must be 0 or 1; got {layout!r}.")
-    options: dict[str, Any] = {"direction": direction, "layout": int(layout)}
+    options = _options(op, attrs)
     if op == "GRU":
-        options["linear_before_reset"] = bool(attrs.get("linear_before_reset", 0))
-        params = GRUParams(C.as_jax(w), C.as_jax(r), C.as_jax(b))
+        params: GRUParams | LSTMParams = GRUParams(C.as_jax(w), C.as_jax(r), C.as_jax(b))
     else:
-        options["input_forget"] = bool(attrs.get("input_forget", 0))
         params = LSTMParams(C.as_jax(w), C.as_jax(r), C.as_jax(b), C.as_jax(p))
-    for k in ("activations", "activation_alpha", "activation_beta"):
-        if k in attrs:
-            options[k] = list(attrs[k])
-    if "clip" in attrs:
-        options["clip"] = float(attrs["clip"])
     return cell, params, options
 
 
 def from_onnx(
-    model: onnx.ModelProto | str | os.PathLike,
+    model: onnx.ModelProto | bytes | bytearray | memoryview | str | os.PathLike[str],
     node: int | str | None = None,
 ) -> tuple[list[GRUParams] | list[LSTMParams], dict[str, Any]]:
     """Read the weights and attributes of the ONNX ``GRU``/``LSTM`` node(s) of a model.
@@ -152,7 +203,8 @@ def from_onnx(
     parameter jaxgru uses the ONNX default, where onnxruntime uses 0.
 
     Args:
-      model: an ``onnx.ModelProto`` or the path of a ``.onnx`` file.
+      model: an ``onnx.ModelProto``, its serialized bytes (``model.SerializeToString()``) or
+        the path of a ``.onnx`` file.
       node: which node to read: None for every GRU/LSTM node of the top-level graph (in graph
         order), an int indexing those nodes, or a node name.
 
@@ -163,19 +215,30 @@ def from_onnx(
 
     Raises:
       TypeError: ``model`` or ``node`` of the wrong type.
-      ValueError: no GRU/LSTM node, no node matching ``node``, a weight that is a graph input
-        or computed by another node, inconsistent shapes or ``hidden_size``, or several nodes
-        whose kinds/options differ or whose sizes do not chain (then pass ``node=``).
+      ValueError: bytes that are not a serialized model, an attribute newer than the model's
+        opset (``layout`` needs opset 14, as in onnxruntime), no GRU/LSTM node, no node matching
+        ``node``, a weight that is a graph input or computed by another node, inconsistent
+        shapes or ``hidden_size``, or several nodes whose kinds/options differ or whose sizes
+        do not chain (then pass ``node=``).
       NotImplementedError: an attribute jaxgru does not know.
     """
     import onnx
+    from google.protobuf.message import DecodeError
 
     fname = "jaxgru.interop.from_onnx"
-    if isinstance(model, (str, os.PathLike)):
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+        try:
+            model = onnx.load_model_from_string(data)
+        except DecodeError as e:
+            raise ValueError(f"{fname}: model must be a serialized onnx.ModelProto; got {type(model).__name__} "
+                             f"of {len(data)} byte(s) that do not parse as one ({e}).") from None
+    elif isinstance(model, (str, os.PathLike)):
         model = onnx.load(os.fspath(model))
     elif not isinstance(model, onnx.ModelProto):
-        raise TypeError(f"{fname}: model must be an onnx.ModelProto or a path; got "
-                        f"{type(model).__name__}.")
+        raise TypeError(f"{fname}: model must be an onnx.ModelProto or a path (or the model's serialized "
+                        f"bytes); got {type(model).__name__}.")
+    opset = _default_opset(model)
     graph = model.graph
     values = _constants(graph)
     graph_inputs = {i.name for i in graph.input} - set(values)
@@ -198,7 +261,7 @@ def from_onnx(
         if not chosen:
             raise ValueError(f"{fname}: no GRU/LSTM node named {node!r}; the nodes are "
                              f"{[n.name for _, n in rnns]}.")
-    converted = [_convert_node(fname, i, n, values, graph_inputs, producers) for i, n in chosen]
+    converted = [_convert_node(fname, i, n, values, graph_inputs, producers, opset) for i, n in chosen]
     cell, _, options = converted[0]
     hint = ("pass node= (an index or a node name) to read one node; the nodes are "
             f"{[_label(i, n) for i, n in chosen]}.")
@@ -213,4 +276,6 @@ def from_onnx(
                              f"node outputs num_directions*hidden={prev_out}, so they do not form "
                              f"a stack; {hint}")
         prev_out = d * hidden
-    return [p for _, p, _ in converted], options
+    # one kind for every node (checked above): all GRUParams or all LSTMParams
+    layers = cast("list[GRUParams] | list[LSTMParams]", [p for _, p, _ in converted])
+    return layers, options

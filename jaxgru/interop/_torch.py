@@ -13,11 +13,13 @@ without peepholes (rows i, f, g, o -> i, o, f, c); ``B = [b_ih, b_hh]``, both re
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from jaxgru._src.params import GRUParams, LSTMParams
+from jaxgru._src.cells import CELLS, spec
+from jaxgru._src.options import flags_for, option_names
+from jaxgru._src.params import PARAMS_TYPE, GRUParams, LSTMParams
 from jaxgru.interop import _common as C
 from jaxgru.interop import _layout
 
@@ -25,7 +27,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 _ORDER = {"gru": _layout.TORCH_GRU, "lstm": _layout.TORCH_LSTM}
-_PARAMS = {"gru": GRUParams, "lstm": LSTMParams}
 
 
 def _torch_to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -111,7 +112,7 @@ def from_torch(module: torch.nn.Module) -> tuple[list[GRUParams] | list[LSTMPara
             "(the hidden state is projected to proj_size); expected proj_size=0."
         )
     d = 1 if is_cell or not module.bidirectional else 2
-    num_layers = 1 if is_cell else module.num_layers
+    num_layers = 1 if is_cell else cast(int, module.num_layers)  # torch types module attributes as Tensor | Module
     order = _ORDER[cell]
     layers = []
     for sfx_dirs in _suffixes(num_layers, d, is_cell):
@@ -123,7 +124,7 @@ def from_torch(module: torch.nn.Module) -> tuple[list[GRUParams] | list[LSTMPara
             if module.bias:
                 b.append(np.concatenate([_layout.to_onnx(get("bias_ih"), order),
                                          _layout.to_onnx(get("bias_hh"), order)]))
-        layers.append(_PARAMS[cell](
+        layers.append(PARAMS_TYPE[cell](
             C.as_jax(np.stack(w)), C.as_jax(np.stack(r)), C.as_jax(np.stack(b)) if b else None
         ))
     if is_cell:
@@ -138,12 +139,10 @@ def from_torch(module: torch.nn.Module) -> tuple[list[GRUParams] | list[LSTMPara
     return layers, options
 
 
-_TORCH_OPTIONS = {
-    "gru": ("direction", "layout", "linear_before_reset", "activations", "activation_alpha",
-            "activation_beta", "clip", "backend"),
-    "lstm": ("direction", "layout", "input_forget", "activations", "activation_alpha",
-             "activation_beta", "clip", "backend"),
-}
+# What to_torch accepts: every layer option (those PyTorch cannot express are refused by value).
+_TORCH_OPTIONS = {cell: option_names(cell) for cell in CELLS}
+# The flags PyTorch's formulas fix away from the ONNX default; every other flag must be at its default.
+_TORCH_FLAGS = {"linear_before_reset": True}
 
 
 def _check_options(fname: str, cell: str, options: dict) -> tuple[str, int]:
@@ -156,14 +155,12 @@ def _check_options(fname: str, cell: str, options: dict) -> tuple[str, int]:
                 f"{fname}: option {k!r} has no PyTorch nn.{cell.upper()} equivalent; expected only "
                 f"{', '.join(_TORCH_OPTIONS[cell])}."
             )
-    if cell == "gru" and options.get("linear_before_reset") is not True:
-        raise ValueError(
-            f"{fname}: PyTorch's GRU applies the reset gate after the recurrent matmul, so "
-            f"linear_before_reset must be True; got {options.get('linear_before_reset', False)!r}."
-        )
-    if cell == "lstm" and options.get("input_forget", False):
-        raise ValueError(f"{fname}: PyTorch's LSTM has no coupled input/forget gate; expected "
-                         f"input_forget=False, got {options['input_forget']!r}.")
+    for o in flags_for(cell):  # PyTorch's formulas fix every flag of the cell
+        required = _TORCH_FLAGS.get(o.name, o.default)
+        value = options.get(o.name, o.default)
+        if bool(value) != required:
+            raise ValueError(f"{fname}: PyTorch's {cell.upper()} fixes {o.name}={required!r} ({o.doc}); "
+                             f"got {value!r}.")
     if not C.has_default_activations(cell, options):
         raise ValueError(
             f"{fname}: PyTorch uses the default activations only "
@@ -196,9 +193,10 @@ def _layers_kind(fname: str, layers) -> str:
 
 def _check_layers(fname: str, layers, cell: str, d: int):
     """(hidden, input_size, numpy layers) after checking shapes across layers."""
-    g = 3 if cell == "gru" else 4
+    g = spec(cell).num_gates
     out = []
     hidden = C.to_numpy(fname, "layers[0].r", layers[0].r).shape[-1]
+    input_size = 0  # set by layer 0
     for k, p in enumerate(layers):
         w = C.to_numpy(fname, f"layers[{k}].w", p.w)
         r = C.to_numpy(fname, f"layers[{k}].r", p.r)

@@ -37,8 +37,10 @@ WEBNN_DIRECTIONS = {"forward": "forward", "backward": "reverse", "both": "bidire
 WEBNN_ACTIVATIONS = {"relu": C.RELU, "sigmoid": C.SIGMOID, "tanh": C.TANH}
 
 
-def _common(fname, cell, weight, recurrent_weight, bias, recurrent_bias, layout, layouts,
-            direction, activations):
+def _common(fname: str, cell: str, weight: Any, recurrent_weight: Any, bias: Any | None,
+            recurrent_bias: Any | None, layout: str, layouts: Sequence[str], direction: str,
+            activations: Sequence[str] | None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int, int, dict[str, Any]]:
     C.check_choice(fname, "layout", layout, layouts)
     C.check_choice(fname, "direction", direction, tuple(WEBNN_DIRECTIONS))
     onnx_direction = WEBNN_DIRECTIONS[direction]

@@ -34,7 +34,7 @@ def digest(a: np.ndarray) -> tuple:
       (blake2b-128 hex digest of the bytes, shape, dtype name).
     """
     flat = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-    return hashlib.blake2b(flat, digest_size=16).hexdigest(), tuple(a.shape), np.dtype(a.dtype).name
+    return hashlib.blake2b(flat.data, digest_size=16).hexdigest(), tuple(a.shape), np.dtype(a.dtype).name
 
 
 def size_class(nbytes: int, max_buffer_size: int) -> int:

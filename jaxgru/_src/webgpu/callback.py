@@ -9,6 +9,8 @@ into the batch, so the callback never sees a vmapped axis.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import numpy as np
 
@@ -21,7 +23,8 @@ def _forward_host(cfg: RNNConfig, ensemble: int, residuals: bool, arrays) -> tup
     return kernels.forward(cfg, [np.asarray(a) for a in arrays], residuals=residuals, ensemble=ensemble)
 
 
-def make_forward(ctx, cfg: RNNConfig, ensemble: int, residuals: bool):
+def make_forward(ctx: compat.mlir.LoweringRuleContext, cfg: RNNConfig, ensemble: int, residuals: bool
+                 ) -> Callable[..., list]:
     """A jax-traceable function of the operands that runs the WGSL forward on the host.
 
     Args:

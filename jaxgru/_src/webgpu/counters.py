@@ -86,14 +86,39 @@ COUNTERS = Counters()
 
 
 def counters() -> dict[str, dict]:
-    """The counters of the last call and the totals since start (or the last reset).
+    """The counters of the last ``wgsl`` call and the totals since start (or the last reset).
+
+    Reading them touches no device: without an adapter, or before any ``wgsl`` call, every
+    count is zero.
 
     Returns:
-      ``{"last": {...}, "total": {...}}`` with the fields of :class:`CallStats`.
+      ``{"last": {...}, "total": {...}}``, two dicts with the same keys: ``calls``,
+        ``dispatches``, ``passes``, ``submits``, ``bytes_uploaded``, ``bytes_read_back``,
+        ``gpu_ns`` (None unless ``jaxgru.webgpu.set_timestamps`` turned timestamps on), the
+        host times ``host_prepare_s``, ``host_upload_s``, ``host_record_s``, ``host_wait_s``,
+        ``host_readback_s``, ``host_total_s`` (seconds), and ``variant`` (``"persistent"`` or
+        ``"stepwise"``). They are copies: later calls do not change them.
+
+    Examples:
+      >>> import jaxgru.webgpu
+      >>> c = jaxgru.webgpu.counters()
+      >>> sorted(c)
+      ['last', 'total']
+      >>> "dispatches" in c["last"] and c["total"]["calls"] >= 0
+      True
     """
     return COUNTERS.snapshot()
 
 
 def reset_counters() -> None:
-    """Zero the totals and forget the last call."""
+    """Zero the totals and forget the last call, so that ``counters()`` starts afresh.
+
+    Touches no device. Returns None.
+
+    Examples:
+      >>> import jaxgru.webgpu
+      >>> jaxgru.webgpu.reset_counters()
+      >>> jaxgru.webgpu.counters()["total"]["calls"]
+      0
+    """
     COUNTERS.reset()

@@ -10,8 +10,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from jaxgru._src import shapes
+from jaxgru._src.cells import batch_axis, spec
 from jaxgru._src.options import RNNConfig
-from jaxgru._src.reference import _unpack as unpack  # (x, w, r, b, p, h0, c0, lens)
 from jaxgru._src.webgpu.caches import digest
 from jaxgru._src.webgpu.plan import Geometry
 
@@ -86,6 +87,7 @@ def _pr(cfg: RNNConfig, b: np.ndarray, p: np.ndarray | None, geo: Geometry) -> n
     if cfg.cell == "gru" and cfg.linear_before_reset:
         src = b[:, 3 * geo.H :]
     elif cfg.cell == "lstm" and cfg.peepholes:
+        assert p is not None  # peepholes means P was given
         src = p
     else:
         src = np.zeros((geo.D, 3 * geo.H), np.float32)
@@ -118,7 +120,7 @@ def member(cfg: RNNConfig, operands, geo: Geometry, storage: str) -> Member:
     Returns:
       The :class:`Member`; weight conversions are deferred to a cache miss.
     """
-    x, w, r, b, p, h0, c0, lens = unpack(cfg, operands)
+    x, w, r, b, p, h0, c0, lens = spec(cfg.cell).unpack(operands)
     if cfg.ragged:
         lens = np.clip(np.asarray(lens, np.int64), 0, geo.L).astype(np.int32)
     else:
@@ -137,12 +139,12 @@ def member(cfg: RNNConfig, operands, geo: Geometry, storage: str) -> Member:
 # --------------------------------------------------------------------------------------
 def y_shape(geo: Geometry, n: int) -> tuple[int, ...]:
     """Y's shape for ``n`` batch rows in the user layout."""
-    return (geo.L, geo.D, n, geo.H) if geo.layout == 0 else (n, geo.L, geo.D, geo.H)
+    return shapes.y_shape(geo.layout, geo.L, geo.D, n, geo.H)
 
 
 def state_shape(geo: Geometry, n: int) -> tuple[int, ...]:
     """Y_h's (and Y_c's) shape for ``n`` batch rows in the user layout."""
-    return (geo.D, n, geo.H) if geo.layout == 0 else (n, geo.D, geo.H)
+    return shapes.state_shape_of(geo.layout, geo.D, n, geo.H)
 
 
 def assemble(cfg: RNNConfig, geo: Geometry, chunks: list[tuple[np.ndarray, ...]], out_dtype: np.dtype,
@@ -153,8 +155,7 @@ def assemble(cfg: RNNConfig, geo: Geometry, chunks: list[tuple[np.ndarray, ...]]
       chunks: per batch chunk, (y, finals [F, *state], res or None) as read back.
       out_dtype: the operands' dtype (y, y_h, y_c); res stays float32.
     """
-    y_ax = 2 if cfg.layout == 0 else 0
-    s_ax = 1 if cfg.layout == 0 else 0
+    y_ax, s_ax = batch_axis("y", cfg.layout), batch_axis("state", cfg.layout)
     join = lambda parts, ax: parts[0] if len(parts) == 1 else np.concatenate(parts, axis=ax)
     # float32 -> float16 beyond 65504 is ±inf, as XLA's cast gives it: expected, not a warning
     with np.errstate(over="ignore"):
@@ -169,11 +170,10 @@ def assemble(cfg: RNNConfig, geo: Geometry, chunks: list[tuple[np.ndarray, ...]]
 
 def trivial(cfg: RNNConfig, operands, geo: Geometry, residuals: bool) -> tuple[np.ndarray, ...]:
     """Outputs of a call with no work (L, N or H is 0): Y zero, final states = initial states."""
-    x, _, _, _, _, h0, c0, _ = unpack(cfg, operands)
-    dt = np.dtype(x.dtype)
-    outs = [np.zeros(y_shape(geo, geo.N), dt), np.array(h0, dt)]
-    if cfg.cell == "lstm":
-        outs.append(np.array(c0, dt))
+    ops = spec(cfg.cell).unpack(operands)
+    dt = np.dtype(ops.x.dtype)
+    outs = [np.zeros(y_shape(geo, geo.N), dt)]
+    outs += [np.array(getattr(ops, o.field), dt) for o in spec(cfg.cell).state_operands]
     if residuals:
         outs.append(np.zeros((geo.D, geo.L, geo.N, geo.K * geo.H), np.float32))
     return tuple(outs)

@@ -15,7 +15,8 @@ import numpy as np
 import wgpu
 
 from jaxgru._src import shapes
-from jaxgru._src.options import RNNConfig
+from jaxgru._src.cells import spec
+from jaxgru._src.options import RNNConfig, flags_for
 from jaxgru._src.webgpu import host, plan, runtime
 from jaxgru._src.webgpu.counters import COUNTERS, CallStats
 
@@ -169,7 +170,10 @@ class _Call:
     # ---- pipelines ---------------------------------------------------------------------
     def _recurrence_constants(self) -> dict[str, float]:
         cfg, geo = self.cfg, self.geo
-        c = {"H": geo.H, "LAYOUT": cfg.layout, "RESIDUALS": int(geo.K > 0)}
+        cell = spec(cfg.cell)
+        # G and K come from the cell's table (cells.py): the kernels declare them without a default
+        c: dict[str, float] = {"G": geo.G, "K": cell.residuals(cfg), "H": geo.H, "LAYOUT": cfg.layout,
+                               "RESIDUALS": int(geo.K > 0)}
         c["REV0"] = int(cfg.reversed_dirs[0])
         if cfg.clip is not None:
             c.update(HAS_CLIP=1, CLIP=cfg.clip)
@@ -178,10 +182,11 @@ class _Call:
                 c[f"ACT_{role}{d}"] = a.kind_id
                 c[f"ALPHA_{role}{d}"] = a.alpha
                 c[f"BETA_{role}{d}"] = a.beta
-        if cfg.cell == "gru":
-            c["LBR"] = int(cfg.linear_before_reset)
-        else:
-            c.update(PEEPHOLES=int(cfg.peepholes), INPUT_FORGET=int(cfg.input_forget))
+        for o in flags_for(cfg.cell):  # the cell's boolean options, each its override constant
+            assert o.wgsl is not None, o.name
+            c[o.wgsl] = int(getattr(cfg, o.name))
+        if cell.peepholes:
+            c["PEEPHOLES"] = int(cfg.peepholes)
         c["NB"] = self.plan.nb
         if self.plan.variant == "persistent":
             bpw = self.plan.bpw
@@ -336,13 +341,13 @@ class _Call:
             readbacks.append((dst, [size for _, size in group]))
         return readbacks
 
-    def _read(self, readbacks: list[tuple[wgpu.GPUBuffer, list[int]]]) -> list[memoryview]:
+    def _read(self, readbacks: list[tuple[wgpu.GPUBuffer, list[int]]]) -> list[np.ndarray]:
         """Map each read-back buffer once; the bytes of every output, in order."""
         out = []
         for buf, sizes in readbacks:
             total = sum(_eights(n) for n in sizes)
             buf.map_sync(wgpu.MapMode.READ, 0, total)
-            blob = buf.read_mapped(0, total, copy=True)
+            blob = np.asarray(buf.read_mapped(0, total, copy=True), dtype=np.uint8)  # bytes, not copied again
             buf.unmap()
             self.stats.bytes_read_back += total
             offset = 0
@@ -351,7 +356,7 @@ class _Call:
                 offset += _eights(size)
         return out
 
-    def _unpack(self, jobs: list[_Job], arrays: list[bytes], n_members: int) -> list[list[tuple]]:
+    def _unpack(self, jobs: list[_Job], arrays: list[np.ndarray], n_members: int) -> list[list[tuple]]:
         geo, st = self.geo, host.STORAGE_DTYPES[self.storage]
         out: list[list[tuple]] = [[] for _ in range(n_members)]
         it = iter(arrays)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxgru._src.cells import spec
 from jaxgru._src.options import RNNConfig
 
 # "auto" picks the persistent kernel up to this hidden size ...
@@ -71,7 +72,7 @@ class Geometry:
 
     @property
     def G(self) -> int:
-        return 3 if self.cell == "gru" else 4
+        return spec(self.cell).num_gates
 
     @property
     def H4(self) -> int:
@@ -84,7 +85,7 @@ class Geometry:
     @property
     def finals(self) -> int:
         """Final states returned: Y_h, and Y_c for LSTM."""
-        return 2 if self.cell == "lstm" else 1
+        return spec(self.cell).num_states
 
     @property
     def slots(self) -> int:
@@ -113,18 +114,11 @@ class Geometry:
         }
 
 
-def res_width(cfg: RNNConfig) -> int:
-    """Residual blocks of H per step (GRU lbr=0: 3, lbr=1: 4, LSTM: 5), as reference.py."""
-    if cfg.cell == "lstm":
-        return 5
-    return 4 if cfg.linear_before_reset else 3
-
-
 def geometry(cfg: RNNConfig, x_shape: tuple[int, ...], hidden: int, residuals: bool, itemsize: int
              ) -> Geometry:
     """The :class:`Geometry` of a call from x's shape (one member) and the hidden size."""
     L, N = (x_shape[0], x_shape[1]) if cfg.layout == 0 else (x_shape[1], x_shape[0])
-    k = res_width(cfg) if residuals else 0
+    k = spec(cfg.cell).residuals(cfg) if residuals else 0
     return Geometry(cfg.cell, cfg.layout, L, N, x_shape[2], hidden, cfg.num_directions, itemsize, k)
 
 

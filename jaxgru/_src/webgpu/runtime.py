@@ -47,12 +47,23 @@ _HOW_TO = (
     "Vulkan adapter, lavapipe) or your GPU's Vulkan driver; on macOS Metal works out of the box; "
     "on Windows install current GPU drivers (DX12 or Vulkan). "
     f"Set {ADAPTER_ENV} to an adapter index or a name substring to choose one; "
-    "jaxgru._src.webgpu.runtime.adapters_info() lists them. Or use backend='xla'."
+    "jaxgru.webgpu.adapters_info() lists them. Or use backend='xla'."
 )
 
 
 class WGPUUnavailableError(RuntimeError):
-    """No usable WebGPU adapter; the message says how to get one."""
+    """No usable WebGPU adapter; the message says how to get one.
+
+    A ``RuntimeError``, raised at trace time by ``backend="wgsl"`` calls (and by
+    ``jaxgru.webgpu.stats`` / ``jaxgru.webgpu.set_timestamps``) when wgpu finds no
+    adapter, ``JAXGRU_WGPU_ADAPTER`` matches none, or the chosen adapter cannot open a device.
+
+    Args:
+      reason: the short cause, e.g. ``"wgpu found no adapter"``.
+
+    Attributes:
+      reason: the short cause, without the installation hints of the message.
+    """
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
@@ -114,10 +125,23 @@ def _choose(records: list[dict]) -> dict:
 def adapters_info() -> list[dict]:
     """Every adapter wgpu sees, best first by jaxgru's preference.
 
+    Enumerates the adapters but creates no device, and never raises for a missing adapter.
+    The preference is: the one ``JAXGRU_WGPU_ADAPTER`` names (an index or a name substring),
+    else discrete GPU > integrated > virtual > CPU, Vulkan/Metal/D3D12 before OpenGL.
+
     Returns:
-      One dict per adapter: index, name, vendor, description, adapter_type, backend_type,
-      device (id), features, limits (those jaxgru requests) and selected (bool). Empty when
-      there is none.
+      A list with one dict per adapter: ``index``, ``name``, ``vendor``, ``description``,
+        ``adapter_type``, ``backend_type``, ``device`` (id), ``features`` (sorted list),
+        ``limits`` (those jaxgru requests) and ``selected`` (True for the one jaxgru uses).
+        Empty when there is none.
+
+    Examples:
+      >>> import jaxgru.webgpu
+      >>> adapters = jaxgru.webgpu.adapters_info()
+      >>> isinstance(adapters, list)
+      True
+      >>> all("backend_type" in a and "selected" in a for a in adapters)
+      True
     """
     try:
         adapters = _enumerate()
@@ -136,10 +160,22 @@ def adapters_info() -> list[dict]:
 def adapter_status() -> dict:
     """Whether a usable adapter exists and which one jaxgru uses.
 
+    Enumerates the adapters (honouring ``JAXGRU_WGPU_ADAPTER``) but creates no device, and
+    never raises for a missing adapter.
+
     Returns:
       ``{"available": bool, "adapter": dict | None, "error": str | None, "reason": str | None}``;
-      ``adapter`` is the chosen entry of :func:`adapters_info`, ``error`` the
-      :class:`WGPUUnavailableError` text and ``reason`` its short cause.
+        ``adapter`` is the chosen entry of ``adapters_info()``, ``error`` the
+        ``WGPUUnavailableError`` text and ``reason`` its short cause (both None when
+        available).
+
+    Examples:
+      >>> import jaxgru.webgpu
+      >>> status = jaxgru.webgpu.adapter_status()
+      >>> sorted(status)
+      ['adapter', 'available', 'error', 'reason']
+      >>> status["available"] == (status["adapter"] is not None)
+      True
     """
     try:
         records = [_describe(i, a) for i, a in enumerate(_enumerate())]
@@ -149,7 +185,19 @@ def adapter_status() -> dict:
 
 
 def is_available() -> bool:
-    """Whether a WebGPU adapter is usable (creates no device)."""
+    """Whether a WebGPU adapter is usable, i.e. whether ``backend="wgsl"`` can run here.
+
+    Creates no device. ``backend="auto"`` picks ``wgsl`` only for a hardware GPU adapter, so
+    True here does not mean that ``auto`` uses it (see ``jaxgru.backend_info()``).
+
+    Returns:
+      ``adapter_status()["available"]``.
+
+    Examples:
+      >>> import jaxgru.webgpu
+      >>> isinstance(jaxgru.webgpu.is_available(), bool)
+      True
+    """
     return adapter_status()["available"]
 
 
@@ -171,7 +219,7 @@ class Runtime:
         self.device = adapter.request_device_sync(required_features=features, required_limits=limits)
         self.queue = self.device.queue
         self.features = frozenset(self.device.features)
-        self.limits = dict(self.device.limits)
+        self.limits: dict[str, int] = dict(self.device.limits)
         self.has_f16 = "shader-f16" in self.features
         self.has_timestamps = "timestamp-query" in self.features
         self.timestamp_period = _timestamp_period(self.queue) if self.has_timestamps else 1.0
@@ -270,7 +318,8 @@ def _timestamp_period(queue: wgpu.GPUQueue) -> float:
     try:  # not in wgpu-py's public API
         from wgpu.backends.wgpu_native._ffi import lib
 
-        return float(lib.wgpuQueueGetTimestampPeriod(queue._internal))
+        # cffi's stubs type a dlopen()ed library as a `Lib` without its C functions
+        return float(lib.wgpuQueueGetTimestampPeriod(queue._internal))  # pyright: ignore[reportAttributeAccessIssue]
     except Exception:
         return 1.0
 
@@ -358,7 +407,11 @@ def runtime() -> Runtime:
 
 
 def reset() -> None:
-    """Destroy the shared device and every cache; the next call creates a new one."""
+    """Destroy the shared device and every cache; the next call creates a new one.
+
+    A no-op when no device exists (it never creates one). Useful after changing
+    ``JAXGRU_WGPU_ADAPTER`` or to free the device's memory. Returns None.
+    """
     global _RUNTIME
     with _LOCK:
         if _RUNTIME is not None:
@@ -368,7 +421,19 @@ def reset() -> None:
 
 
 def stats() -> dict:
-    """Sizes of the runtime's caches (pipelines, scratch pool, weights) and their bounds."""
+    """Sizes of the runtime's caches (pipelines, scratch pool, weights) and their bounds.
+
+    Creates the shared device if there is none yet.
+
+    Returns:
+      ``{"pipelines": int, "max_pipelines": int, "pool": dict, "weights": dict}``: the number
+        of cached compute pipelines and its bound; the scratch-buffer pool's idle buffers and
+        bytes, buffers created and reused, and its bounds; the device weight cache's entries,
+        bytes, hits, misses and bounds.
+
+    Raises:
+      WGPUUnavailableError: no usable adapter.
+    """
     with _LOCK:
         return _get().stats()
 
@@ -377,8 +442,20 @@ def stats() -> dict:
 def limit_override(**limits: int) -> Iterator[None]:
     """Lower device limits as jaxgru sees them (for tests of chunking and fallbacks).
 
+    A context manager: inside it, jaxgru plans ``wgsl`` calls as if the device's limits were
+    at most the given values (it never raises them); on exit the previous overrides return.
+    Creates no device.
+
     Args:
       **limits: limit names with ``_`` for ``-`` (``max_storage_buffer_binding_size=1 << 16``).
+
+    Returns:
+      A context manager yielding None.
+
+    Examples:
+      >>> import jaxgru.webgpu
+      >>> with jaxgru.webgpu.limit_override(max_storage_buffer_binding_size=1 << 16):
+      ...     pass  # wgsl calls here are split into smaller batch chunks
     """
     saved = dict(_LIMIT_OVERRIDES)
     _LIMIT_OVERRIDES.update({k.replace("_", "-"): int(v) for k, v in limits.items()})
@@ -392,8 +469,19 @@ def limit_override(**limits: int) -> Iterator[None]:
 def set_timestamps(enabled: bool) -> bool:
     """Turn GPU timestamp queries on or off (when the adapter supports them).
 
+    With timestamps on, ``jaxgru.webgpu.counters()`` reports ``gpu_ns``, the GPU time of each
+    call's compute pass. Turning them on creates the shared device if there is none yet (to
+    ask the device whether it supports them); turning them off touches no device.
+
+    Args:
+      enabled: True to record timestamps, False to stop.
+
     Returns:
-      Whether timestamps will actually be recorded.
+      Whether timestamps will actually be recorded (False when off, or when the adapter has no
+        ``timestamp-query`` feature).
+
+    Raises:
+      WGPUUnavailableError: ``enabled`` is True and there is no usable adapter.
     """
     global _TIMESTAMPS
     _TIMESTAMPS = bool(enabled)
@@ -401,5 +489,17 @@ def set_timestamps(enabled: bool) -> bool:
 
 
 def timestamps_enabled() -> bool:
-    """Whether :func:`set_timestamps` turned GPU timestamps on."""
+    """Whether ``set_timestamps`` turned GPU timestamps on.
+
+    Creates no device.
+
+    Returns:
+      The last value given to ``set_timestamps`` (False initially), whether or not the
+        adapter supports timestamps.
+
+    Examples:
+      >>> import jaxgru.webgpu
+      >>> isinstance(jaxgru.webgpu.timestamps_enabled(), bool)
+      True
+    """
     return _TIMESTAMPS
