@@ -8,7 +8,12 @@ same shapes through the public API under ``jax.jit`` (the kernel variant chosen 
 the wall time of the JAX call and the share of it spent outside the kernel call (the
 ``buffer_callback`` into Python and back).
 
+Then the host path alone at the shape of a training step (GRU L=4 N=64 I=H=512): host overhead
+(host total minus the wait for the device) with unchanged weights and with new weights on every
+call, as a training step has them.
+
     python benchmarks/wgsl_overhead.py [--repeats 7] [--out benchmarks/results/wgsl_overhead.json]
+    python benchmarks/wgsl_overhead.py --host-path-only [--repeats 15]
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import numpy as np
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences Mesa on headless Linux
 
 from jaxgru._src.activations import Activation
+from jaxgru._src.cells import spec
 from jaxgru._src.options import DEFAULT_ACTIVATIONS, RNNConfig
 from jaxgru._src.webgpu import counters, kernels, runtime
 
@@ -40,7 +46,7 @@ VARIANTS = ("persistent", "stepwise")
 def operands(cell: str, d: int, L: int, N: int, I: int, H: int) -> tuple[RNNConfig, list]:
     """A config with default activations and random operands (layout 0, all lengths L)."""
     rng = np.random.default_rng(0)
-    g = 3 if cell == "gru" else 4
+    g = spec(cell).num_gates
     f = lambda *s: (rng.standard_normal(s) * 0.1).astype(np.float32)
     acts = tuple(tuple(Activation(n) for n in DEFAULT_ACTIVATIONS[cell]) for _ in range(d))
     cfg = RNNConfig(cell=cell, direction="bidirectional" if d == 2 else "forward", activations=acts)
@@ -76,6 +82,33 @@ def measure(cfg: RNNConfig, ops: list, variant: str, repeats: int) -> dict:
         "bytes_uploaded": last["bytes_uploaded"],
         "bytes_read_back": last["bytes_read_back"],
     }
+
+
+# The host-path shape: one small call whose weights are large (6 MiB of W and R).
+HOST_PATH_SHAPE = ("gru", "forward", 4, 64, 512, 512)
+
+
+def measure_host_path(repeats: int) -> list[dict]:
+    """Host overhead (total minus wait) per call, unchanged vs new weights, interleaved."""
+    cell, _, L, N, I, H = HOST_PATH_SHAPE
+    cfg, ops = operands(cell, 1, L, N, I, H)
+    kernels.forward(cfg, ops, residuals=False)  # pipelines
+    rows: dict[str, list[dict]] = {"unchanged weights": [], "new weights": []}
+    for k in range(repeats):
+        # new weights: values never seen before (as after an optimiser step), made outside the call
+        new = [ops[0], *(a + np.float32(1e-6 * (k + 1)) for a in ops[1:4]), *ops[4:]]
+        for case in rows:
+            kernels.forward(cfg, ops if case == "unchanged weights" else new, residuals=False)
+            rows[case].append(counters.counters()["last"])
+    out = []
+    for case, rs in rows.items():
+        med = lambda key, rs=rs: statistics.median(r[key] for r in rs) * 1e3
+        overhead = statistics.median((r["host_total_s"] - r["host_wait_s"]) for r in rs) * 1e3
+        out.append({"shape": f"{cell} L={L} N={N} I={I} H={H}", "case": case, "host_overhead_ms": overhead,
+                    "total_ms": med("host_total_s"), "wait_ms": med("host_wait_s"), "prepare_ms": med("host_prepare_s"),
+                    "upload_ms": med("host_upload_s"), "readback_ms": med("host_readback_s"),
+                    "bytes_uploaded": rs[-1]["bytes_uploaded"], "dispatches": rs[-1]["dispatches"]})
+    return out
 
 
 def measure_api(cell: str, direction: str, L: int, N: int, I: int, H: int, repeats: int) -> dict:
@@ -115,7 +148,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--out", default="benchmarks/results/wgsl_overhead.json")
+    parser.add_argument("--host-path-only", action="store_true", help="only the host-path measurement")
     args = parser.parse_args()
+    host_cols = ("shape", "case", "host_overhead_ms", "total_ms", "wait_ms", "prepare_ms", "upload_ms",
+                 "readback_ms", "bytes_uploaded", "dispatches")
+    if args.host_path_only:
+        print(table(measure_host_path(args.repeats), host_cols))
+        return
     timed = runtime.set_timestamps(True)
     results = []
     for name, cell, direction, L, N, I, H in SHAPES:
@@ -133,11 +172,15 @@ def main() -> None:
     print(table(results))
     print()
     print(table(api_rows, ("shape", "jax_call_ms", "kernel_call_ms", "callback_ms", "callback_share")))
+    runtime.set_timestamps(False)
+    host_rows = measure_host_path(max(args.repeats, 9))
+    print()
+    print(table(host_rows, host_cols))
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     adapter = {k: info[k] for k in ("name", "adapter_type", "backend_type", "description")}
     out.write_text(json.dumps({"adapter": adapter, "repeats": args.repeats, "results": results,
-                               "api": api_rows}, indent=2))
+                               "api": api_rows, "host_path": host_rows}, indent=2))
     print(f"wrote {out}")
 
 

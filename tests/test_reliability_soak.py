@@ -136,11 +136,12 @@ def _soak(backend: str, calls: int) -> dict:
         report.update(stats_before=warm, stats_after=end)
         assert c1["calls"] - c0["calls"] == calls and c1["submits"] - c0["submits"] == calls, (c0, c1)
         assert end["pipelines"] == warm["pipelines"] <= end["max_pipelines"], report
-        pool, weights = end["pool"], end["weights"]
+        pool, tables = end["pool"], end["tables"]
         assert pool["created"] == warm["pool"]["created"], report  # every scratch buffer reused
         assert pool["idle_bytes"] <= pool["max_idle_bytes"], report
-        assert weights["entries"] <= weights["max_entries"] and weights["bytes"] <= weights["max_bytes"], report
-        assert weights["misses"] > warm["weights"]["misses"], report  # new weights were uploaded
+        assert tables["entries"] <= tables["max_entries"] and tables["bytes"] <= tables["max_bytes"], report
+        # weights go up raw on every call (nothing keyed by their content is kept on the device)
+        assert c1["bytes_uploaded"] - c0["bytes_uploaded"] > 0, report
     print(report)  # the figures (pytest -s shows them)
     return report
 

@@ -34,6 +34,10 @@ def adapter():
 # --------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------
+# Dispatches that lay out one member's weights on the device (prep.wgsl): wt, rt, xb, pr.
+PREP = 4
+
+
 def make_cfg(cell: str, direction: str = "forward", acts=None, **options) -> RNNConfig:
     d = 2 if direction == "bidirectional" else 1
     if acts is None:
@@ -265,7 +269,7 @@ def test_persistent_segments(monkeypatch):
     monkeypatch.setattr(plan, "PERSISTENT_SEGMENT_STEPS", 2)
     cfg = make_cfg("gru", "reverse", ragged=True, linear_before_reset=True)
     check(cfg, make_operands(cfg, lens=[5, 3, 0, 4]), variant="persistent")
-    assert last()["dispatches"] == 1 + 3  # projection + ceil(5 / 2) segments
+    assert last()["dispatches"] == PREP + 1 + 3  # weight layouts, projection, ceil(5 / 2) segments
 
 
 def test_variant_rule():
@@ -306,7 +310,7 @@ def test_concurrent_calls():
 
 def test_caches_stay_bounded(monkeypatch):
     rt = runtime.runtime()
-    monkeypatch.setattr(rt.weights, "max_entries", 6)
+    monkeypatch.setattr(rt.tables, "max_entries", 6)
     cfg = make_cfg("gru", "forward")
     ops = make_operands(cfg)
     kernels.forward(cfg, ops, residuals=True)
@@ -317,7 +321,7 @@ def test_caches_stay_bounded(monkeypatch):
     after = runtime.stats()
     assert after["pool"]["created"] == before["pool"]["created"]  # scratch buffers reused
     assert after["pool"]["idle_bytes"] <= after["pool"]["max_idle_bytes"]
-    assert after["weights"]["entries"] <= 6
+    assert after["tables"]["entries"] <= 6
     assert after["pipelines"] == before["pipelines"]
 
 
@@ -325,14 +329,14 @@ def test_counters():
     cfg = make_cfg("gru", "bidirectional")  # lbr=0: two stepwise dispatches per step
     ops = make_operands(cfg, L=5, N=4, H=6)
     counters.reset_counters()
-    for variant, dispatches in (("stepwise", 1 + 2 * 5), ("persistent", 1 + 1)):
+    for variant, dispatches in (("stepwise", PREP + 1 + 2 * 5), ("persistent", PREP + 1 + 1)):
         kernels.forward(cfg, ops, residuals=False, variant=variant)
         c = last()
         assert (c["submits"], c["passes"], c["dispatches"]) == (1, 1, dispatches)
         assert c["bytes_read_back"] >= (5 * 2 * 4 * 6 + 2 * 4 * 6) * 4
         assert c["bytes_uploaded"] >= ops[0].nbytes
     total = counters.counters()["total"]
-    assert (total["calls"], total["submits"], total["dispatches"]) == (2, 2, 13)
+    assert (total["calls"], total["submits"], total["dispatches"]) == (2, 2, 2 * PREP + 13)
 
 
 def test_timestamps():

@@ -208,11 +208,11 @@ def test_many_calls_keep_caches_bounded():
         jax.block_until_ready(f(jax.tree.map(lambda a, k=k: a * (1 + k % 7), p), jnp.full(shape, k % 5 / 5)))
     end = runtime.stats()
     assert end["pipelines"] == warm["pipelines"] <= end["max_pipelines"]
-    pool, weights = end["pool"], end["weights"]
+    pool, tables = end["pool"], end["tables"]
     assert pool["idle_bytes"] <= pool["max_idle_bytes"]
     assert pool["created"] == warm["pool"]["created"]  # every scratch buffer was reused
     assert pool["reused"] > warm["pool"]["reused"]
-    assert weights["bytes"] <= weights["max_bytes"] and weights["entries"] <= weights["max_entries"]
+    assert tables["bytes"] <= tables["max_bytes"] and tables["entries"] <= tables["max_entries"]
     if rss0 is not None:  # process memory: no growth beyond noise (allocator slack)
         assert _rss_mib() - rss0 < 32, (rss0, _rss_mib())
 

@@ -2,5 +2,5 @@
 
 Modules: ``kernels`` (the forward entry point), ``runtime`` (adapter, device, lock, pipelines),
 ``plan`` (shapes, variant choice, chunking), ``host`` (host-side conversions), ``caches``
-(buffer pool, weight cache), ``shaders`` (WGSL sources), ``counters``.
+(buffer pool, schedule-table cache), ``shaders`` (WGSL sources), ``counters``.
 """

@@ -6,9 +6,7 @@ Both are used only under the runtime's device lock.
 from __future__ import annotations
 
 import collections
-import hashlib
 
-import numpy as np
 import wgpu
 
 # Scratch buffers kept idle for reuse, at most this many bytes in all ...
@@ -19,22 +17,11 @@ POOL_MAX_IDLE_PER_CLASS = 8
 # max buffer size, where the size is rounded up to this granularity instead).
 POOL_MIN_CLASS = 256
 
-# Weights kept on the device (transposed/padded copies keyed by content digest).
-WEIGHT_CACHE_MAX_BYTES = 512 << 20
-WEIGHT_CACHE_MAX_ENTRIES = 64
-
-
-def digest(a: np.ndarray) -> tuple:
-    """A key that changes whenever the array's values, shape or dtype change.
-
-    Args:
-      a: any numpy array.
-
-    Returns:
-      (blake2b-128 hex digest of the bytes, shape, dtype name).
-    """
-    flat = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-    return hashlib.blake2b(flat.data, digest_size=16).hexdigest(), tuple(a.shape), np.dtype(a.dtype).name
+# Small device tables (the per-dispatch schedules) kept between calls, keyed by what they are
+# made of. Weights are not cached: they go up raw on every call and the prep kernels lay them
+# out (hashing them on every call cost more than uploading them; see docs/wgsl.md).
+TABLE_CACHE_MAX_BYTES = 16 << 20
+TABLE_CACHE_MAX_ENTRIES = 64
 
 
 def size_class(nbytes: int, max_buffer_size: int) -> int:
@@ -102,8 +89,8 @@ class DeviceCache:
     the call's command buffer has run: the runtime trims after each call.
     """
 
-    def __init__(self, max_bytes: int = WEIGHT_CACHE_MAX_BYTES,
-                 max_entries: int = WEIGHT_CACHE_MAX_ENTRIES) -> None:
+    def __init__(self, max_bytes: int = TABLE_CACHE_MAX_BYTES,
+                 max_entries: int = TABLE_CACHE_MAX_ENTRIES) -> None:
         self.max_bytes = max_bytes
         self.max_entries = max_entries
         self._entries: collections.OrderedDict[tuple, wgpu.GPUBuffer] = collections.OrderedDict()

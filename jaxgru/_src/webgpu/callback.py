@@ -19,8 +19,9 @@ from jaxgru._src.options import RNNConfig
 from jaxgru._src.webgpu import kernels
 
 
-def _forward_host(cfg: RNNConfig, ensemble: int, residuals: bool, arrays) -> tuple[np.ndarray, ...]:
-    return kernels.forward(cfg, [np.asarray(a) for a in arrays], residuals=residuals, ensemble=ensemble)
+def _forward_host(cfg: RNNConfig, ensemble: int, residuals: bool, arrays, out=None) -> tuple[np.ndarray, ...]:
+    return kernels.forward(cfg, [np.asarray(a) for a in arrays], residuals=residuals, ensemble=ensemble,
+                           out=out)
 
 
 def make_forward(ctx: compat.mlir.LoweringRuleContext, cfg: RNNConfig, ensemble: int, residuals: bool
@@ -41,8 +42,8 @@ def make_forward(ctx: compat.mlir.LoweringRuleContext, cfg: RNNConfig, ensemble:
 
         def in_place(exec_ctx, outs, *args):
             del exec_ctx
-            for out, value in zip(outs, _forward_host(cfg, ensemble, residuals, args), strict=True):
-                np.asarray(out)[...] = value
+            # the results land in XLA's output buffers straight from the mapped read-back
+            _forward_host(cfg, ensemble, residuals, args, out=[np.asarray(o) for o in outs])
 
         call = compat.buffer_callback(in_place, results)
         return lambda *ops: list(call(*ops))

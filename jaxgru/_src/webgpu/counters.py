@@ -23,7 +23,7 @@ class CallStats:
       bytes_read_back: bytes mapped back to the host.
       gpu_ns: GPU time between the start and the end of the compute pass, from timestamp
         queries; None when timestamps are off or the adapter has no ``timestamp-query``.
-      host_prepare_s: host conversions and weight digests before the device lock.
+      host_prepare_s: host conversions before the device lock.
       host_upload_s: ``write_buffer`` calls, buffer and bind-group set-up, and pipeline creation
         the first time a specialisation is used.
       host_record_s: command encoding.

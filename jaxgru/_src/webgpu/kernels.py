@@ -9,13 +9,16 @@ read-back. Inside the pass, per job (ensemble member x batch chunk): the input p
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
+from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 import wgpu
 
 from jaxgru._src import shapes
-from jaxgru._src.cells import spec
+from jaxgru._src.cells import batch_axis, spec
 from jaxgru._src.options import RNNConfig, flags_for
 from jaxgru._src.webgpu import host, plan, runtime
 from jaxgru._src.webgpu.counters import COUNTERS, CallStats
@@ -30,8 +33,8 @@ _READBACK = _BU.MAP_READ | _BU.COPY_DST
 _ROLES = ("F", "G", "H")  # activation roles per direction: f, g[, h]
 
 
-def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, variant: str = "auto"
-            ) -> tuple[np.ndarray, ...]:
+def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, variant: str = "auto",
+            out: Sequence[np.ndarray] | None = None) -> tuple[np.ndarray, ...]:
     """ONNX GRU/LSTM forward on the WebGPU device; the contract of ``reference.forward``.
 
     Args:
@@ -42,9 +45,13 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
       residuals: also return ``res [D, L, N, K]`` (float32, processing order).
       ensemble: number of independent members (0: no ensemble axis).
       variant: "auto", "persistent" or "stepwise" (see plan.py).
+      out: writable arrays of the outputs' shapes and dtypes (XLA's output buffers, from the
+        callback): the results are copied once, from the mapped read-back straight into them.
+        None allocates them.
 
     Returns:
-      ``(y, y_h[, y_c][, res])`` as ``reference.forward`` (with the ensemble axis if any).
+      ``(y, y_h[, y_c][, res])`` as ``reference.forward`` (with the ensemble axis if any): the
+      arrays of ``out`` when given.
 
     Raises:
       NotImplementedError: float64 operands.
@@ -63,9 +70,12 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
         raise ValueError(f"{_FNAME}: variant must be one of {plan.VARIANTS}; got {variant!r}.")
     members = [operands] if not ensemble else [[a[e] for a in operands] for e in range(ensemble)]
     x0, r0 = members[0][0], members[0][2]
+    dests = list(out) if out is not None else _allocate(cfg, operands, ensemble, residuals)
     if 0 in (x0.shape[0], x0.shape[1], r0.shape[-1]):  # no work: L, N or H is 0
         geo = plan.geometry(cfg, x0.shape, r0.shape[-1], residuals, 4)
-        outs = [host.trivial(cfg, m, geo, residuals) for m in members]
+        for e, m in enumerate(members):
+            for dst, value in zip(dests, host.trivial(cfg, m, geo, residuals), strict=True):
+                np.copyto(dst[e] if ensemble else dst, value, casting="unsafe")
     else:
         storage = "f16" if dtype == np.float16 and runtime.runtime().has_f16 else "f32"
         geo = plan.geometry(cfg, x0.shape, r0.shape[-1], residuals, 2 if storage == "f16" else 4)
@@ -75,18 +85,38 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
         # _Call holds its device, which must be freed once lost)
         attempts: list[CallStats] = []
 
-        def attempt(rt: runtime.Runtime) -> list[list[tuple]]:
+        def attempt(rt: runtime.Runtime) -> None:
             call = _Call(rt, cfg, geo, storage, variant, CallStats(calls=1, host_prepare_s=prepare_s))
             attempts[:] = [call.stats]
-            return call.run(prepared)
+            call.run(prepared, dests, ensemble > 0)
 
-        chunks = runtime.run(attempt)
-        outs = [host.assemble(cfg, geo, c, dtype, residuals) for c in chunks]
+        runtime.run(attempt)
         attempts[-1].host_total_s = time.perf_counter() - t0
         COUNTERS.record(attempts[-1])
-    if not ensemble:
-        return outs[0]
-    return tuple(np.stack(parts) for parts in zip(*outs, strict=True))
+    return tuple(dests)
+
+
+def _allocate(cfg: RNNConfig, operands: Sequence[np.ndarray], ensemble: int, residuals: bool) -> list[np.ndarray]:
+    """Empty outputs (y, y_h[, y_c][, res]) of a call, ensemble axis included."""
+    outs = shapes.check_operands(cfg, _FNAME, operands, ensemble=ensemble)
+    dests = [np.empty(shape, operands[0].dtype) for shape in outs]
+    if residuals:
+        lead = outs[0][:1] if ensemble else ()
+        y = outs[0][1:] if ensemble else outs[0]
+        length, batch = (y[0], y[2]) if cfg.layout == 0 else (y[1], y[0])
+        dests.append(np.empty(lead + shapes.residual_shape(cfg, length, batch, y[-1]), np.float32))
+    return dests
+
+
+@dataclasses.dataclass
+class _Prep:
+    """One prep dispatch (prep.wgsl): a kernel, its constants, source and destination, and its size."""
+
+    kernel: str
+    constants: dict[str, float]
+    src: tuple[wgpu.GPUBuffer, int]
+    dst: tuple[wgpu.GPUBuffer, int]
+    count: int  # destination vec4s (one invocation each)
 
 
 @dataclasses.dataclass
@@ -94,6 +124,7 @@ class _Job:
     """One member's batch chunk [n0, n1): its bind groups, grids and output buffers."""
 
     member: int
+    n0: int
     n: int
     xproj: wgpu.GPUBindGroup
     xproj_grid: tuple[int, int]
@@ -143,14 +174,14 @@ class _Call:
         return buf, size
 
     def _cached(self, key: tuple, build, usage: int = _INPUT) -> tuple[wgpu.GPUBuffer, int]:
-        """A content-keyed device buffer (weights, schedules), uploaded on a miss."""
-        buf = self.rt.weights.get(key)
+        """A device buffer keyed by what it is made from (schedule tables), uploaded on a miss."""
+        buf = self.rt.tables.get(key)
         if buf is None:
             data = build()
             # at least one vec4 (16 bytes): weights bind as array<vec4<...>>, even when empty
             buf = self.rt.device.create_buffer(size=_words(max(data.nbytes, 16)), usage=usage)
             self._write(buf, 0, data)
-            self.rt.weights.put(key, buf)
+            self.rt.tables.put(key, buf)
         return buf, buf.size
 
     def _schedule(self) -> tuple[wgpu.GPUBuffer, int]:
@@ -210,6 +241,27 @@ class _Call:
         consts = self._recurrence_constants()
         return xproj, [self.rt.pipeline(cell, e, self.storage, consts) for e in entries]
 
+    # ---- weights -----------------------------------------------------------------------
+    def _weights(self, m: host.Member, preps: list[_Prep]) -> dict[str, tuple[wgpu.GPUBuffer, int]]:
+        """Upload a member's raw weights and queue the prep dispatches that lay them out.
+
+        Returns:
+          The device layouts wt, rt, xb, pr (see recurrence_common.wgsl), written by ``preps``.
+        """
+        geo = self.geo
+        raw = {"w": self._upload(m.w), "r": self._upload(m.r), "b": self._upload(m.b)}
+        raw["p"] = raw["b"] if m.p is None else self._upload(m.p)
+        # at least one vec4 (16 bytes): the kernels bind them as array<vec4<...>>, even when empty
+        dev = {name: self._scratch(max(n, 16)) for name, n in geo.weight_bytes().items()}
+        base = {"G": geo.G, "H": geo.H, "D": geo.D, "WG": plan.PREP_WORKGROUP}
+        for name, src, k_in, k_out in (("wt", "w", geo.I, geo.I), ("rt", "r", geo.H, geo.HP)):
+            preps.append(_Prep("prep_t", {**base, "KIN": k_in, "KOUT": k_out}, raw[src], dev[name],
+                               geo.D * k_out * geo.G * geo.H4))
+        for name, lay in host.bias_layouts(self.cfg, geo).items():
+            preps.append(_Prep("prep_bias", {**base, **lay.constants}, raw[lay.src], dev[name],
+                               geo.D * int(lay.constants["NQ"]) * geo.H4))
+        return dev
+
     # ---- jobs --------------------------------------------------------------------------
     def _job(self, index: int, m: host.Member, w: dict, n0: int, n1: int, sched) -> _Job:
         """Upload one chunk's operands, allocate its buffers, build its bind groups."""
@@ -246,32 +298,32 @@ class _Call:
         else:
             threads = geo.D * -(-n // plan_.nb) * geo.H4
             rgrid = plan.grid2d(-(-threads // plan.STEPWISE_WORKGROUP), self.max_dim)
-        return _Job(index, n, xproj, xgrid, recur, rgrid, outputs)
+        return _Job(index, n0, n, xproj, xgrid, recur, rgrid, outputs)
 
     # ---- the call ----------------------------------------------------------------------
-    def run(self, members: list[host.Member]) -> list[list[tuple]]:
-        """Upload, record, submit once, read back once.
-
-        Returns:
-          Per member, per batch chunk: (y, finals, res or None) as numpy arrays.
-        """
+    def run(self, members: list[host.Member], dests: list[np.ndarray], ensemble: bool) -> None:
+        """Upload, record, submit once, read back once into ``dests`` (see :func:`forward`)."""
         try:
-            return self._run(members)
+            self._run(members, dests, ensemble)
         finally:
             for buf in self.acquired:
                 self.rt.pool.release(buf)
             self.acquired.clear()
             self.rt.finish_call()
 
-    def _run(self, members: list[host.Member]) -> list[list[tuple]]:
+    def _run(self, members: list[host.Member], dests: list[np.ndarray], ensemble: bool) -> None:
         rt, stats = self.rt, self.stats
         t0 = time.perf_counter()
         xproj, recur = self._pipelines()
         sched = self._schedule()
-        jobs = []
+        jobs: list[_Job] = []
+        preps: list[_Prep] = []
         for i, m in enumerate(members):
-            w = {wt.name: self._cached(wt.key, wt.build) for wt in m.weights}
+            w = self._weights(m, preps)
             jobs += [self._job(i, m, w, n0, n1, sched) for n0, n1 in self.plan.chunks]
+        prep_groups = [(rt.pipeline(q.kernel, q.kernel, self.storage, q.constants),
+                         rt.bind_group("prep", {0: q.src, 1: q.dst}),
+                         plan.grid2d(-(-q.count // plan.PREP_WORKGROUP), self.max_dim)) for q in preps if q.count]
         t1 = time.perf_counter()
         encoder = rt.device.create_command_encoder()
         timed = runtime.timestamps_enabled() and rt.has_timestamps
@@ -281,6 +333,10 @@ class _Call:
                 "query_set": rt.query_set(), "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1,
             }
         cp = encoder.begin_compute_pass(**stamps)
+        for pipe, group, grid in prep_groups:  # the weights' device layouts first
+            cp.set_pipeline(pipe)
+            cp.set_bind_group(0, group)
+            cp.dispatch_workgroups(*grid)
         cp.set_pipeline(xproj)
         for job in jobs:
             cp.set_bind_group(0, job.xproj)
@@ -293,29 +349,29 @@ class _Call:
                     cp.set_bind_group(0, job.recur, [k * self.align])
                     cp.dispatch_workgroups(*job.recur_grid)
         cp.end()
-        stats.dispatches += len(jobs) * (1 + len(self.plan.segments) * len(recur))
+        stats.dispatches += len(prep_groups) + len(jobs) * (1 + len(self.plan.segments) * len(recur))
         stats.passes += 1
         sources = [out for job in jobs for out in job.outputs]
+        sinks = self._sinks(jobs, dests, ensemble)
+        stamps_out: list[int] = []
         if timed:
             resolve = self._buffer(16, _BU.QUERY_RESOLVE | _BU.COPY_SRC)
             encoder.resolve_query_set(rt.query_set(), 0, 2, resolve, 0)
             sources.append((resolve, 16))
+            sinks.append(lambda raw: stamps_out.extend(int(v) for v in np.frombuffer(raw, np.uint64, count=2)))
         readbacks = self._copy_out(encoder, sources)
         t2 = time.perf_counter()
         rt.queue.submit([encoder.finish()])
         stats.submits += 1
-        arrays = self._read(readbacks)  # mapping waits for the submitted work
-        t3 = time.perf_counter()
+        t3 = self._read(readbacks, sinks)  # mapping waits for the submitted work
         if timed:
-            start, end = np.frombuffer(arrays.pop(), np.uint64)[:2]
-            stats.gpu_ns = int((int(end) - int(start)) * rt.timestamp_period)
-        out = self._unpack(jobs, arrays, len(members))
+            start, end = stamps_out
+            stats.gpu_ns = int((end - start) * rt.timestamp_period)
         t4 = time.perf_counter()
         stats.host_upload_s += t1 - t0
         stats.host_record_s += t2 - t1
         stats.host_wait_s += t3 - t2
         stats.host_readback_s += t4 - t3
-        return out
 
     def _copy_out(self, encoder, sources: list[tuple[wgpu.GPUBuffer, int]]
                   ) -> list[tuple[wgpu.GPUBuffer, list[int]]]:
@@ -341,35 +397,71 @@ class _Call:
             readbacks.append((dst, [size for _, size in group]))
         return readbacks
 
-    def _read(self, readbacks: list[tuple[wgpu.GPUBuffer, list[int]]]) -> list[np.ndarray]:
-        """Map each read-back buffer once; the bytes of every output, in order."""
-        out = []
+    def _read(self, readbacks: list[tuple[wgpu.GPUBuffer, list[int]]], sinks: list[Sink]) -> float:
+        """Map each read-back buffer once and hand each output's bytes to its sink while mapped.
+
+        Returns:
+          The time (``perf_counter``) when the first buffer was mapped: the end of the wait.
+        """
+        it = iter(sinks)
+        mapped_at = None
         for buf, sizes in readbacks:
             total = sum(_eights(n) for n in sizes)
             buf.map_sync(wgpu.MapMode.READ, 0, total)
-            blob = np.asarray(buf.read_mapped(0, total, copy=True), dtype=np.uint8)  # bytes, not copied again
-            buf.unmap()
+            mapped_at = mapped_at or time.perf_counter()
+            try:  # a view of the mapped memory: each sink copies out of it once
+                blob = np.asarray(buf.read_mapped(0, total, copy=False), dtype=np.uint8)
+                offset = 0
+                for size in sizes:
+                    next(it)(blob[offset : offset + size])
+                    offset += _eights(size)
+            finally:
+                buf.unmap()
             self.stats.bytes_read_back += total
-            offset = 0
-            for size in sizes:
-                out.append(blob[offset : offset + size])
-                offset += _eights(size)
-        return out
+        return mapped_at or time.perf_counter()
 
-    def _unpack(self, jobs: list[_Job], arrays: list[np.ndarray], n_members: int) -> list[list[tuple]]:
+    def _sinks(self, jobs: list[_Job], dests: list[np.ndarray], ensemble: bool) -> list[Sink]:
+        """Per output buffer of each job, in order: a function copying its bytes into ``dests``
+        (the batch rows of its chunk, cast to the destination's dtype)."""
         geo, st = self.geo, host.STORAGE_DTYPES[self.storage]
-        out: list[list[tuple]] = [[] for _ in range(n_members)]
-        it = iter(arrays)
+        y_ax, s_ax = batch_axis("y", geo.layout), batch_axis("state", geo.layout)
+        assert y_ax is not None and s_ax is not None
+        sinks: list[Sink] = []
         for job in jobs:
-            n = job.n
-            y = np.frombuffer(next(it), st, count=geo.L * geo.D * n * geo.H).reshape(host.y_shape(geo, n))
-            finals = np.frombuffer(next(it), st, count=geo.finals * geo.D * n * geo.H)
-            finals = finals.reshape((geo.finals, *host.state_shape(geo, n)))
-            res = None
+            rows = slice(job.n0, job.n0 + job.n)
+            own = [d[job.member] if ensemble else d for d in dests]
+            finals = own[1 : 1 + geo.finals]
+            sinks.append(partial(_put, _take(own[0], y_ax, rows), st, host.y_shape(geo, job.n)))
+            sinks.append(partial(_put_finals, [_take(f, s_ax, rows) for f in finals], st,
+                                 host.state_shape(geo, job.n)))
             if geo.K:
-                res = np.frombuffer(next(it), np.float32).reshape(geo.D, geo.L, n, geo.K * geo.H)
-            out[job.member].append((y, finals, res))
-        return out
+                sinks.append(partial(_put, own[-1][:, :, rows], np.dtype(np.float32),
+                                     (geo.D, geo.L, job.n, geo.K * geo.H)))
+        return sinks
+
+
+Sink = Callable[[np.ndarray], None]
+
+
+def _take(a: np.ndarray, axis: int, rows: slice) -> np.ndarray:
+    """A view of ``a``'s ``rows`` along ``axis``."""
+    index: list[slice] = [slice(None)] * a.ndim
+    index[axis] = rows
+    return a[tuple(index)]
+
+
+def _put(dst: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], raw: np.ndarray) -> None:
+    """Copy read-back bytes of ``shape`` elements of ``dtype`` into ``dst``, once (cast included)."""
+    # float32 -> float16 beyond 65504 is ±inf, as XLA's cast gives it: expected, not a warning
+    with np.errstate(over="ignore"):
+        np.copyto(dst, np.frombuffer(raw, dtype, count=math.prod(shape)).reshape(shape), casting="unsafe")
+
+
+def _put_finals(dsts: list[np.ndarray], dtype: np.dtype, shape: tuple[int, ...], raw: np.ndarray) -> None:
+    """The final states [Y_h | Y_c] of one chunk, each into its destination."""
+    count = math.prod(shape)
+    for f, dst in enumerate(dsts):
+        _put(dst, dtype, shape, raw[f * count * dtype.itemsize : (f + 1) * count * dtype.itemsize])
 
 
 def _words(nbytes: int) -> int:

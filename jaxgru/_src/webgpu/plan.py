@@ -35,6 +35,8 @@ PERSISTENT_SEGMENT_STEPS = 256
 # Invocations per workgroup of the stepwise and input-projection kernels.
 STEPWISE_WORKGROUP = 64
 XPROJ_WORKGROUP = 64
+# Invocations per workgroup of the weight-layout (prep) kernels.
+PREP_WORKGROUP = 64
 
 VARIANTS = ("auto", "persistent", "stepwise")
 # Storage buffers bound by the recurrence kernels (the WebGPU default limit is 8).

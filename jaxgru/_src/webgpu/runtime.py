@@ -205,7 +205,7 @@ def is_available() -> bool:
 # the device
 # --------------------------------------------------------------------------------------
 class Runtime:
-    """One device with its pipelines, scratch-buffer pool and weight cache.
+    """One device with its pipelines, scratch-buffer pool and schedule-table cache.
 
     Args:
       adapter: the adapter to open.
@@ -224,7 +224,7 @@ class Runtime:
         self.has_timestamps = "timestamp-query" in self.features
         self.timestamp_period = _timestamp_period(self.queue) if self.has_timestamps else 1.0
         self.pool = BufferPool(self.device, self.limits["max-buffer-size"])
-        self.weights = DeviceCache()
+        self.tables = DeviceCache()  # schedule tables (uniforms), keyed by what they are made of
         self._modules: dict[tuple[str, str], wgpu.GPUShaderModule] = {}
         self._layouts: dict[str, tuple[wgpu.GPUBindGroupLayout, wgpu.GPUPipelineLayout]] = {}
         self._pipelines: collections.OrderedDict[tuple, wgpu.GPUComputePipeline] = (
@@ -295,16 +295,16 @@ class Runtime:
         return self._query_set
 
     def finish_call(self) -> None:
-        """After a call's work has completed: evict cached weights beyond the bounds."""
-        self.weights.trim()
+        """After a call's work has completed: evict cached tables beyond the bounds."""
+        self.tables.trim()
 
     def stats(self) -> dict:
-        """Sizes of the pipeline cache, scratch pool and weight cache, with their bounds."""
+        """Sizes of the pipeline cache, scratch pool and table cache, with their bounds."""
         return {
             "pipelines": len(self._pipelines),
             "max_pipelines": PIPELINE_CACHE_SIZE,
             "pool": self.pool.stats(),
-            "weights": self.weights.stats(),
+            "tables": self.tables.stats(),
         }
 
     def close(self) -> None:
@@ -426,9 +426,9 @@ def stats() -> dict:
     Creates the shared device if there is none yet.
 
     Returns:
-      ``{"pipelines": int, "max_pipelines": int, "pool": dict, "weights": dict}``: the number
+      ``{"pipelines": int, "max_pipelines": int, "pool": dict, "tables": dict}``: the number
         of cached compute pipelines and its bound; the scratch-buffer pool's idle buffers and
-        bytes, buffers created and reused, and its bounds; the device weight cache's entries,
+        bytes, buffers created and reused, and its bounds; the schedule-table cache's entries,
         bytes, hits, misses and bounds.
 
     Raises:

@@ -17,10 +17,11 @@ BINDINGS: dict[str, dict[int, str]] = {
     "recurrence": {
         0: RO, 1: RO, 2: RO, 3: RO, 4: RW, 5: RW, 6: RW, 7: RW, 8: UNIFORM, 9: UNIFORM_DYNAMIC,
     },
+    "prep": {0: RO, 1: RW},
 }
 
 # kernel file -> its binding family
-FAMILY = {"xproj": "xproj", "gru": "recurrence", "lstm": "recurrence"}
+FAMILY = {"xproj": "xproj", "gru": "recurrence", "lstm": "recurrence", "prep_t": "prep", "prep_bias": "prep"}
 
 
 def wgsl_dir() -> pathlib.Path:
@@ -61,7 +62,7 @@ def source(kernel: str, storage: str) -> str:
     """The full WGSL module text of a kernel file for a storage type.
 
     Args:
-      kernel: "xproj", "gru" or "lstm".
+      kernel: "xproj", "gru", "lstm", "prep_t" or "prep_bias".
       storage: "f32" or "f16" (the element type ``ST`` of x, weights and outputs).
 
     Returns:
@@ -70,4 +71,6 @@ def source(kernel: str, storage: str) -> str:
     header = ("enable f16;\n" if storage == "f16" else "") + f"alias ST = {storage};\n"
     if FAMILY[kernel] == "xproj":
         return header + _read(kernel)
+    if FAMILY[kernel] == "prep":
+        return header + _read("prep") + _read(kernel)
     return header + _read("recurrence_common") + activation_switch() + _read(kernel)
