@@ -4,6 +4,7 @@ Use it to see which WebGPU adapters wgpu finds and which one jaxgru picks (``ada
 ``adapter_status``, ``is_available``), to read the per-call counters (``counters``,
 ``reset_counters``) and GPU timestamps (``set_timestamps``), to inspect or drop the shared
 device's caches (``stats``, ``reset``), to lower device limits in tests (``limit_override``),
+to see the kernels' plan for a shape under a limit profile without a GPU (``plan_for``),
 and to catch ``WGPUUnavailableError``. Importing this module needs no adapter and creates no
 device: the device is created lazily by the first ``backend="wgsl"`` call or by ``stats`` /
 ``set_timestamps(True)``. See docs/wgsl.md.
@@ -11,6 +12,7 @@ device: the device is created lazily by the first ``backend="wgsl"`` call or by 
 
 from jaxgru._src.webgpu.counters import counters as counters
 from jaxgru._src.webgpu.counters import reset_counters as reset_counters
+from jaxgru._src.webgpu.plan import plan_for as plan_for
 from jaxgru._src.webgpu.runtime import WGPUUnavailableError as WGPUUnavailableError
 from jaxgru._src.webgpu.runtime import adapter_status as adapter_status
 from jaxgru._src.webgpu.runtime import adapters_info as adapters_info
@@ -28,6 +30,7 @@ __all__ = [
     "counters",
     "is_available",
     "limit_override",
+    "plan_for",
     "reset",
     "reset_counters",
     "set_timestamps",

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import jaxgru.webgpu
-from jaxgru._src.webgpu import counters, runtime
+from jaxgru._src.webgpu import counters, plan, runtime
 
 # where each public name is defined
 SOURCES = {
@@ -22,6 +22,7 @@ SOURCES = {
     "set_timestamps": runtime,
     "stats": runtime,
     "timestamps_enabled": runtime,
+    "plan_for": plan,
 }
 
 # Run in a fresh interpreter: wgpu's adapter entry points are replaced by ones that fail, so
@@ -49,6 +50,7 @@ w.set_timestamps(False)
 with w.limit_override(max_storage_buffer_binding_size=1 << 16):
     pass
 w.reset()
+w.plan_for("gru", seq_length=8, batch=4, input_size=3, hidden_size=5)  # a profile: no device
 assert runtime._RUNTIME is None
 print("ok")
 """

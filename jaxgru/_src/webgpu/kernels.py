@@ -232,12 +232,7 @@ class _Call:
         xproj = self.rt.pipeline("xproj", "xproj", self.storage, {
             "C4": geo.G * geo.H4, "LAYOUT": self.cfg.layout, "WG": plan.XPROJ_WORKGROUP,
         })
-        if self.plan.variant == "persistent":
-            entries = [f"{cell}_persistent"]
-        elif cell == "gru" and not self.cfg.linear_before_reset:
-            entries = ["gru_gates_zr", "gru_step"]
-        else:
-            entries = [f"{cell}_step"]
+        entries = plan.recurrence_entries(self.cfg, self.plan.variant)
         consts = self._recurrence_constants()
         return xproj, [self.rt.pipeline(cell, e, self.storage, consts) for e in entries]
 

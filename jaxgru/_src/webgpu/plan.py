@@ -258,3 +258,118 @@ def make_plan(geo: Geometry, limits: dict[str, int], variant: str) -> Plan:
     step = PERSISTENT_SEGMENT_STEPS if variant == "persistent" else 1
     segments = tuple((t0, min(geo.L, t0 + step)) for t0 in range(0, geo.L, step))
     return Plan(variant, nb, bpw, chunks, segments)
+
+
+# --------------------------------------------------------------------------------------
+# the plan as figures, for a shape and a limit profile (no device needed)
+# --------------------------------------------------------------------------------------
+# Limits of a discrete GPU as WebGPU implementations report them (Chrome/Dawn and wgpu-native on
+# NVIDIA/AMD Vulkan; WebGPU caps workgroup memory at 32 KiB), for planning without the GPU.
+LIMIT_PROFILES: dict[str, dict[str, int]] = {
+    "discrete-gpu": {
+        _L_BIND: 2_147_483_644, _L_BUFFER: 2_147_483_648, _L_WGMEM: 32_768, _L_INVOC: 1024, _L_SIZE_X: 1024,
+        _L_GRID: 65_535, _L_STORAGE: 10,
+    },
+    "webgpu-default": {  # the WebGPU spec's defaults: what a device gets without asking for more
+        _L_BIND: 134_217_728, _L_BUFFER: 268_435_456, _L_WGMEM: 16_384, _L_INVOC: 256, _L_SIZE_X: 256,
+        _L_GRID: 65_535, _L_STORAGE: 8,
+    },
+}
+
+
+def recurrence_entries(cfg: RNNConfig, variant: str) -> list[str]:
+    """The recurrence's entry points of one step (stepwise) or segment (persistent), in order."""
+    if variant == "persistent":
+        return [f"{cfg.cell}_persistent"]
+    if cfg.cell == "gru" and not cfg.linear_before_reset:
+        return ["gru_gates_zr", "gru_step"]  # r ⊙ h needs all of r before the h-gate
+    return [f"{cfg.cell}_step"]
+
+
+def describe(cfg: RNNConfig, geo: Geometry, limits: dict[str, int], variant: str = "auto") -> dict[str, object]:
+    """What the planner chooses for one member of a call, in figures.
+
+    Returns:
+      ``variant``, ``rows_per_invocation``, ``rows_per_workgroup`` (persistent), ``chunks``,
+      ``dispatches`` (per call: 4 prep + per chunk the projection and the recurrence),
+      ``recurrence_dispatches_per_step`` (0 for persistent: one dispatch runs many steps),
+      ``workgroups_per_step_dispatch`` and ``invocations_per_workgroup`` of the recurrence,
+      ``r_bytes`` (the device copy of R) and ``r_bytes_read_per_step`` (every block of rows reads
+      all of R's columns of its direction each step).
+    """
+    p = make_plan(geo, limits, variant)
+    n = max(hi - lo for lo, hi in p.chunks) if p.chunks else 0
+    phases = len(recurrence_entries(cfg, p.variant))
+    if p.variant == "persistent":
+        workgroups = -(-n // p.bpw) * geo.D
+        invocations = p.bpw // p.nb * geo.H4
+        recur = len(p.segments)
+        per_step = 0
+    else:
+        workgroups = -(-(geo.D * -(-n // p.nb) * geo.H4) // STEPWISE_WORKGROUP)
+        invocations = STEPWISE_WORKGROUP
+        recur = geo.L * phases
+        per_step = phases
+    r_bytes = geo.weight_bytes()["rt"]
+    return {
+        "variant": p.variant,
+        "rows_per_invocation": p.nb,
+        "rows_per_workgroup": p.bpw,
+        "chunks": len(p.chunks),
+        "dispatches": 4 + len(p.chunks) * (1 + recur),
+        "recurrence_dispatches_per_step": per_step,
+        "workgroups_per_step_dispatch": workgroups,
+        "invocations_per_workgroup": invocations,
+        "r_bytes": r_bytes,
+        "r_bytes_read_per_step": sum(-(-(hi - lo) // p.nb) for lo, hi in p.chunks) * r_bytes,
+    }
+
+
+def plan_for(cell: str, *, seq_length: int, batch: int, input_size: int, hidden_size: int,
+             num_directions: int = 1, linear_before_reset: bool = False, storage: str = "f32",
+             variant: str = "auto", limits: str | dict[str, int] = "discrete-gpu") -> dict[str, object]:
+    """The WGSL kernels' plan for a layer call, without running it (and without a GPU).
+
+    Args:
+      cell: "gru" or "lstm".
+      seq_length, batch, input_size, hidden_size, num_directions: the call's sizes.
+      linear_before_reset: GRU only (lbr=0 takes two dispatches per step).
+      storage: "f32" or "f16", the device element type of x, weights and outputs.
+      variant: "auto", "persistent" or "stepwise".
+      limits: a profile of ``LIMIT_PROFILES`` ("discrete-gpu", "webgpu-default"), "device" for
+        the current adapter's (creates the device), or a dict of limits (hyphenated names).
+
+    Returns:
+      The figures of :func:`describe`.
+
+    Raises:
+      ValueError: an unknown cell, storage, profile or variant, or a shape beyond the limits.
+
+    Example:
+      >>> import jaxgru.webgpu
+      >>> p = jaxgru.webgpu.plan_for("gru", seq_length=128, batch=64, input_size=512, hidden_size=512)
+      >>> p["variant"], p["workgroups_per_step_dispatch"]
+      ('stepwise', 32)
+    """
+    from jaxgru._src.options import make_config
+
+    if storage not in ("f32", "f16"):
+        raise ValueError(f"jaxgru.webgpu.plan_for: storage must be 'f32' or 'f16'; got {storage!r}.")
+    if isinstance(limits, str):
+        if limits == "device":
+            from jaxgru._src.webgpu import runtime
+
+            rt = runtime.runtime()
+            limits = {name: rt.limit(name) for name in rt.limits}
+        elif limits in LIMIT_PROFILES:
+            limits = LIMIT_PROFILES[limits]
+        else:
+            raise ValueError(f"jaxgru.webgpu.plan_for: limits must be one of {(*LIMIT_PROFILES, 'device')} or a "
+                             f"dict; got {limits!r}.")
+    if num_directions not in (1, 2):
+        raise ValueError(f"jaxgru.webgpu.plan_for: num_directions must be 1 or 2; got {num_directions!r}.")
+    direction = "forward" if num_directions == 1 else "bidirectional"
+    options = {"linear_before_reset": linear_before_reset} if cell == "gru" else {}
+    cfg = make_config(cell, "jaxgru.webgpu.plan_for", direction=direction, **options)
+    geo = geometry(cfg, (seq_length, batch, input_size), hidden_size, False, 2 if storage == "f16" else 4)
+    return describe(cfg, geo, dict(limits), variant)

@@ -1,0 +1,65 @@
+"""jaxgru.webgpu.plan_for: the kernels' plan as figures, checked by hand-computed occupancy and
+R traffic, and against what a real call on the adapter records."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import wgsl_support
+
+import jaxgru.webgpu
+from jaxgru._src.options import make_config
+from jaxgru._src.webgpu import counters, kernels, plan
+
+
+@pytest.mark.parametrize(("cell", "gates", "phases"), [("gru", 3, 2), ("lstm", 4, 1)])
+@pytest.mark.parametrize("batch", [1, 16, 64])
+@pytest.mark.parametrize("hidden", [256, 512, 1024])
+def test_stepwise_figures_on_a_discrete_gpu_profile(cell, gates, phases, batch, hidden):
+    p = jaxgru.webgpu.plan_for(cell, seq_length=128, batch=batch, input_size=hidden, hidden_size=hidden)
+    assert p["variant"] == "stepwise"  # H > 128: the auto rule picks stepwise
+    rows = min(4, batch)  # each invocation owns up to 4 batch rows x 4 hidden units
+    invocations = math.ceil(batch / rows) * math.ceil(hidden / 4)
+    assert p["workgroups_per_step_dispatch"] == math.ceil(invocations / 64)
+    r_bytes = gates * hidden * hidden * 4  # hidden is a multiple of 4: no padding
+    assert p["r_bytes"] == r_bytes
+    assert p["r_bytes_read_per_step"] == math.ceil(batch / rows) * r_bytes
+    assert p["recurrence_dispatches_per_step"] == phases
+    assert p["dispatches"] == 4 + 1 + 128 * phases
+
+
+def test_profiles_and_bad_arguments():
+    small = jaxgru.webgpu.plan_for("gru", seq_length=16, batch=4, input_size=16, hidden_size=32)
+    assert small["variant"] == "persistent" and small["recurrence_dispatches_per_step"] == 0
+    assert set(plan.LIMIT_PROFILES) >= {"discrete-gpu", "webgpu-default"}
+    with pytest.raises(ValueError, match="limits must be one of"):
+        jaxgru.webgpu.plan_for("gru", seq_length=4, batch=2, input_size=3, hidden_size=5, limits="tpu")
+    with pytest.raises(ValueError, match="num_directions must be 1 or 2; got 3"):
+        jaxgru.webgpu.plan_for("gru", seq_length=4, batch=2, input_size=3, hidden_size=5, num_directions=3)
+    with pytest.raises(ValueError, match="storage must be 'f32' or 'f16'"):
+        jaxgru.webgpu.plan_for("lstm", seq_length=4, batch=2, input_size=3, hidden_size=5, storage="f64")
+
+
+@pytest.mark.wgsl
+@pytest.mark.parametrize("variant", ["stepwise", "persistent"])
+@pytest.mark.parametrize(("cell", "lbr"), [("gru", False), ("gru", True), ("lstm", False)])
+def test_plan_matches_what_a_call_records(cell, lbr, variant):
+    wgsl_support.require_adapter()  # skips locally without one, fails under CI=true
+    L, N, I, H = 5, 3, 4, 8
+    p = jaxgru.webgpu.plan_for(cell, seq_length=L, batch=N, input_size=I, hidden_size=H, num_directions=2,
+                               linear_before_reset=lbr, variant=variant, limits="device")
+    g = 3 if cell == "gru" else 4
+    rng = np.random.default_rng(0)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32) * 0.3
+    ops = [f(L, N, I), f(2, g * H, I), f(2, g * H, H), f(2, 2 * g * H)]
+    ops += [f(2, 3 * H), f(2, N, H), f(2, N, H)] if cell == "lstm" else [f(2, N, H)]
+    ops.append(np.full(N, L, np.int32))
+    options = {"linear_before_reset": lbr} if cell == "gru" else {}
+    cfg = make_config(cell, "t", direction="bidirectional", backend="wgsl", **options)
+    kernels.forward(cfg, ops, residuals=False, variant=variant)
+    last = counters.counters()["last"]
+    assert last["variant"] == p["variant"] == variant
+    assert last["dispatches"] == p["dispatches"]
+    assert plan.recurrence_entries(cfg, variant)[-1].startswith(cell)
