@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 export XDG_RUNTIME_DIR ?= /tmp
 PYTEST_WORKERS ?= 2
 
-.PHONY: all test demo lint bench bench-quick docs fuzz vulkan env clean
+.PHONY: all test demo lint bench bench-quick docs fuzz vulkan dawn env clean
 
 all: test
 
@@ -19,17 +19,24 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
 	$(PY) -m pip install --quiet -e ".[test,bench,docs]"
+	@# the jax2onnx plugin's test: jax2onnx's own pins would downgrade orbax-checkpoint, so its few
+	@# import-time needs are installed without them (see docs/converters.md, "Whole JAX models")
+	$(PY) -m pip install --quiet --no-deps "jax2onnx==0.17.1" "onnx-ir==1.1.0" "einops>=0.8" "dm-pix>=0.4"
 	@touch $@
 
 # The lavapipe Vulkan driver (software WebGPU adapter) where apt is available.
 vulkan:
 	@sh .ci/install-vulkan.sh
 
+# Dawn (Chrome's WebGPU) for tests/test_dawn.py: npm's `webgpu` in tests/dawn, EGL/Mesa via apt.
+dawn:
+	@sh .ci/install-dawn.sh
+
 lint: $(STAMP)
 	$(PY) -m ruff check jaxgru tests benchmarks
 	$(PY) -m pyright
 
-test: $(STAMP) vulkan lint
+test: $(STAMP) vulkan dawn lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=15
 
 # e.g. make demo DEMO_ARGS="--steps 300 --seed 1"

@@ -9,6 +9,11 @@ Needs flax (``pip install jaxgru[flax]``); ``import jaxgru`` does not import it.
 Shapes are ONNX's: ``x [L, N, I]`` (layout 0) or ``[N, L, I]`` (layout 1); ``y [L, D, N, H]``
 or ``[N, L, D, H]`` (the last layer, directions apart); states ``[num_layers*D, N, H]`` or
 ``[N, num_layers*D, H]``.
+
+Dropout between layers (``dropout=p``, PyTorch's ``nn.GRU(dropout=p)``) follows
+``nnx.Dropout``: masks come from the ``dropout`` stream of the constructor's ``rngs`` (or a
+call's ``rngs=``), and ``deterministic`` (the constructor's, a call's, ``model.train()`` /
+``model.eval()`` / ``nnx.view``) switches it off.
 """
 
 from __future__ import annotations
@@ -20,7 +25,15 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxgru._src.modules import ModuleSpec, check_converted, module_options, spec_attribute, states_for
+from jaxgru._src.modules import (
+    MODULE_OPTIONS,
+    ModuleSpec,
+    check_converted,
+    check_flag,
+    module_options,
+    spec_attribute,
+    states_for,
+)
 from jaxgru._src.options import pick
 from jaxgru._src.params import PARAMS_TYPE, GRUParams, LSTMParams
 
@@ -73,13 +86,18 @@ class _Stack(nnx.Module):
     layers: nnx.List
 
     def _setup(self, input_size: int, hidden_size: int, num_layers: int, bidirectional: bool,
-               options: dict[str, Any], dtype: Any, param_dtype: Any, rngs: nnx.Rngs) -> None:
+               options: dict[str, Any], deterministic: bool, dtype: Any, param_dtype: Any,
+               rngs: nnx.Rngs) -> None:
         self.spec = ModuleSpec.make(self.cell, f"jaxgru.flax.{type(self).__name__}", input_size, hidden_size,
                                     num_layers, bidirectional, options)
+        self.deterministic = check_flag(self.spec.name, "deterministic", deterministic)
         self.dtype = dtype
         self.param_dtype = param_dtype
         keys = [rngs.params() for _ in range(self.spec.num_layers)]
         self.layers = nnx.List([LayerWeights(p) for p in self.spec.init_layers(keys, param_dtype)])
+        # as nnx.Dropout: a fork of the `dropout` stream (drawn after the weights, and only with
+        # dropout, so that the weights and `rngs` are those of a module without dropout)
+        self.rngs: nnx.RngStream | None = rngs["dropout"].fork() if self.spec.dropout > 0 else nnx.data(None)
 
     def __getattr__(self, name: str) -> Any:
         # sizes and options live in the spec (one place); reached only for names not set here
@@ -93,7 +111,33 @@ class _Stack(nnx.Module):
         """
         return [layer.params() for layer in self.layers]
 
-    def _run(self, x: Any, initial_state: Any, sequence_lens: Any) -> tuple[Any, ...]:
+    def set_view(self, deterministic: bool | None = None) -> None:
+        """What ``nnx.view(model, deterministic=...)`` sets (as ``nnx.Dropout.set_view``).
+
+        Args:
+          deterministic: if True, no dropout; None leaves it as it is.
+        """
+        if deterministic is not None:
+            self.deterministic = deterministic
+
+    def _dropout_key(self, deterministic: Any, rngs: Any) -> jax.Array | None:
+        """The call's dropout key, or None (no dropout), by nnx.Dropout's rules."""
+        deterministic = self.deterministic if deterministic is None else deterministic
+        if self.spec.dropout == 0.0 or check_flag(self.spec.name, "deterministic", deterministic):
+            return None
+        rngs = self.rngs if rngs is None else rngs
+        if isinstance(rngs, nnx.Rngs):
+            return rngs["dropout"]()
+        if isinstance(rngs, nnx.RngStream):
+            return rngs()
+        if isinstance(rngs, jax.Array):
+            return rngs
+        raise TypeError(f"{self.spec.name}: rngs must be an nnx.Rngs, nnx.RngStream or a JAX PRNG key; "
+                        f"got {type(rngs).__name__}.")
+
+    def _run(self, x: Any, initial_state: Any, sequence_lens: Any, deterministic: Any = None,
+             rngs: Any = None) -> tuple[Any, ...]:
+        key = self._dropout_key(deterministic, rngs)
         layers = self.layer_params()
         states = states_for(self.spec, initial_state)
         if self.dtype is not None:
@@ -101,16 +145,17 @@ class _Stack(nnx.Module):
             x = cast(x)
             layers = [jax.tree.map(cast, p) for p in layers]
             states = {k: cast(v) for k, v in states.items()}
-        return self.spec.run(layers, x, states, sequence_lens)
+        return self.spec.run(layers, x, states, sequence_lens, key)
 
     @classmethod
-    def _from_params(cls, layers: Sequence[Params], options: dict) -> Any:
+    def _from_params(cls, layers: Sequence[Params], options: dict, rngs: nnx.Rngs | None) -> Any:
         fname = f"jaxgru.flax.{cls.__name__}.from_params"
         d, options = check_converted(fname, cls.cell, layers, options)
         w0 = jnp.asarray(layers[0].w)
         make = cast(Callable[..., Any], cls)  # a concrete GRU / LSTM: their constructors take these
         module = make(w0.shape[-1], jnp.shape(layers[0].r)[-1], num_layers=len(layers),
-                      bidirectional=d == 2, param_dtype=w0.dtype, rngs=nnx.Rngs(0), **options)
+                      bidirectional=d == 2, param_dtype=w0.dtype, rngs=nnx.Rngs(0) if rngs is None else rngs,
+                      **options)
         module.layers = nnx.List([LayerWeights(p) for p in layers])
         return module
 
@@ -135,10 +180,16 @@ class GRU(_Stack):
       activation_beta: beta values of the activations, as in ``jaxgru.gru``.
       clip: clamp every activation input into ``[-clip, clip]``; None for no clipping.
       backend: "auto", "xla" or "wgsl".
+      dropout: the rate in [0, 1) of dropout on each layer's output but the last, as PyTorch's
+        ``dropout`` (inverted: kept values scaled by ``1 / (1 - dropout)``); 0 for none.
+      deterministic: as ``nnx.Dropout``'s: if True, no dropout; ``model.train()`` sets it False,
+        ``model.eval()`` True, and a call's ``deterministic=`` overrides it.
       dtype: cast inputs, weights and states to this dtype before the call (the outputs have
         it); None keeps jaxgru's promotion (outputs in the dtype of ``x``).
       param_dtype: dtype of the weights.
-      rngs: the ``nnx.Rngs`` whose ``params`` stream initialises the weights.
+      rngs: the ``nnx.Rngs`` whose ``params`` stream initialises the weights; with
+        ``dropout > 0``, a fork of its ``dropout`` stream (``default`` if it has none) draws the
+        masks, one key per call, as ``nnx.Dropout`` does.
 
     Raises:
       ValueError, TypeError: a bad option, named in the message.
@@ -151,6 +202,10 @@ class GRU(_Stack):
       >>> y, h_n = model(jnp.ones((7, 2, 3)), sequence_lens=jnp.array([7, 4]))
       >>> y.shape, h_n.shape
       ((7, 2, 2, 5), (4, 2, 5))
+      >>> dropping = GRU(3, 5, num_layers=2, dropout=0.5, rngs=nnx.Rngs(0))  # train mode by default
+      >>> dropping.eval()  # deterministic=True: no dropout, as nnx.Dropout
+      >>> bool(jnp.all(dropping(jnp.ones((7, 2, 3)))[0] == dropping(jnp.ones((7, 2, 3)))[0]))
+      True
     """
 
     cell: ClassVar[str] = "gru"
@@ -169,15 +224,23 @@ class GRU(_Stack):
         activation_beta: Sequence[float] | None = None,
         clip: float | None = None,
         backend: str = "auto",
+        dropout: float = 0.0,
+        deterministic: bool = False,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
         rngs: nnx.Rngs,
     ) -> None:
-        self._setup(input_size, hidden_size, num_layers, bidirectional, pick(module_options("gru"), locals()), dtype,
-                    param_dtype, rngs)
+        self._setup(input_size, hidden_size, num_layers, bidirectional,
+                    pick((*module_options("gru"), *MODULE_OPTIONS), locals()), deterministic, dtype, param_dtype, rngs)
 
     def __call__(
-        self, x: jax.Array, initial_state: jax.Array | None = None, sequence_lens: jax.Array | None = None
+        self,
+        x: jax.Array,
+        initial_state: jax.Array | None = None,
+        sequence_lens: jax.Array | None = None,
+        *,
+        deterministic: bool | None = None,
+        rngs: nnx.Rngs | nnx.RngStream | jax.Array | None = None,
     ) -> tuple[jax.Array, jax.Array]:
         """Run the stack over a sequence.
 
@@ -187,23 +250,32 @@ class GRU(_Stack):
             (layout 1), layer-major then direction; zeros if None.
           sequence_lens: ``[N]`` integer lengths in ``[0, L]``; outputs are zero past each
             length and the final state is the last valid one.
+          deterministic: overrides ``self.deterministic`` for this call (True: no dropout).
+          rngs: overrides the module's dropout stream for this call: an ``nnx.Rngs`` (its
+            ``dropout`` stream), an ``nnx.RngStream`` or a JAX PRNG key.
 
         Returns:
           ``(y, h_n)``: the last layer's outputs ``[L, D, N, H]`` (layout 0) or ``[N, L, D, H]``
           (layout 1), and the final states of every layer, shaped like ``initial_state``.
+
+        Raises:
+          TypeError: ``deterministic`` is not a bool, or ``rngs`` is of another kind.
         """
-        y, h_n = self._run(x, initial_state, sequence_lens)
+        y, h_n = self._run(x, initial_state, sequence_lens, deterministic, rngs)
         return y, h_n
 
     @classmethod
-    def from_params(cls, layers: Sequence[GRUParams], **options: Any) -> GRU:
+    def from_params(cls, layers: Sequence[GRUParams], *, rngs: nnx.Rngs | None = None, **options: Any) -> GRU:
         """A module holding given weights, e.g. a converter's ``(layers, options)``.
 
         Args:
           layers: one ``jaxgru.GRUParams`` per layer (all with biases, or all without).
           **options: the module's keyword options. The number of directions comes from the
             weights; a converter's ``direction`` ("forward" or "bidirectional") is accepted in
-            place of ``bidirectional``, so its options pass through unchanged.
+            place of ``bidirectional``, so its options pass through unchanged (``dropout``
+            included).
+          rngs: the ``nnx.Rngs`` of the module (with ``dropout``, its dropout stream);
+            ``nnx.Rngs(0)`` if None.
 
         Returns:
           A ``GRU`` whose ``input_size``, ``hidden_size``, ``num_layers``, direction and
@@ -223,7 +295,7 @@ class GRU(_Stack):
           >>> model.num_layers, model.linear_before_reset
           (2, True)
         """
-        return cls._from_params(layers, options)
+        return cls._from_params(layers, options, rngs)
 
 
 class LSTM(_Stack):
@@ -245,10 +317,16 @@ class LSTM(_Stack):
       activation_beta: beta values of the activations, as in ``jaxgru.lstm``.
       clip: clamp every gate's activation input into ``[-clip, clip]``; None for no clipping.
       backend: "auto", "xla" or "wgsl".
+      dropout: the rate in [0, 1) of dropout on each layer's output but the last, as PyTorch's
+        ``dropout`` (inverted: kept values scaled by ``1 / (1 - dropout)``); 0 for none.
+      deterministic: as ``nnx.Dropout``'s: if True, no dropout; ``model.train()`` sets it False,
+        ``model.eval()`` True, and a call's ``deterministic=`` overrides it.
       dtype: cast inputs, weights and states to this dtype before the call (the outputs have
         it); None keeps jaxgru's promotion (outputs in the dtype of ``x``).
       param_dtype: dtype of the weights.
-      rngs: the ``nnx.Rngs`` whose ``params`` stream initialises the weights.
+      rngs: the ``nnx.Rngs`` whose ``params`` stream initialises the weights; with
+        ``dropout > 0``, a fork of its ``dropout`` stream (``default`` if it has none) draws the
+        masks, one key per call, as ``nnx.Dropout`` does.
 
     Raises:
       ValueError, TypeError: a bad option, named in the message.
@@ -279,18 +357,23 @@ class LSTM(_Stack):
         activation_beta: Sequence[float] | None = None,
         clip: float | None = None,
         backend: str = "auto",
+        dropout: float = 0.0,
+        deterministic: bool = False,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
         rngs: nnx.Rngs,
     ) -> None:
-        self._setup(input_size, hidden_size, num_layers, bidirectional, pick(module_options("lstm"), locals()), dtype,
-                    param_dtype, rngs)
+        self._setup(input_size, hidden_size, num_layers, bidirectional,
+                    pick((*module_options("lstm"), *MODULE_OPTIONS), locals()), deterministic, dtype, param_dtype, rngs)
 
     def __call__(
         self,
         x: jax.Array,
         initial_state: tuple[jax.Array | None, jax.Array | None] | None = None,
         sequence_lens: jax.Array | None = None,
+        *,
+        deterministic: bool | None = None,
+        rngs: nnx.Rngs | nnx.RngStream | jax.Array | None = None,
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         """Run the stack over a sequence.
 
@@ -299,26 +382,33 @@ class LSTM(_Stack):
           initial_state: ``(h_0, c_0)``, each ``[num_layers*D, N, H]`` (layout 0) or
             ``[N, num_layers*D, H]`` (layout 1) or None (zeros); None for both zero.
           sequence_lens: ``[N]`` integer lengths in ``[0, L]``.
+          deterministic: overrides ``self.deterministic`` for this call (True: no dropout).
+          rngs: overrides the module's dropout stream for this call: an ``nnx.Rngs`` (its
+            ``dropout`` stream), an ``nnx.RngStream`` or a JAX PRNG key.
 
         Returns:
           ``(y, (h_n, c_n))``: the last layer's outputs ``[L, D, N, H]`` (layout 0) or
           ``[N, L, D, H]`` (layout 1), and the final hidden and cell states of every layer.
 
         Raises:
-          TypeError: ``initial_state`` is not a pair.
+          TypeError: ``initial_state`` is not a pair, ``deterministic`` is not a bool, or
+            ``rngs`` is of another kind.
         """
-        y, h_n, c_n = self._run(x, initial_state, sequence_lens)
+        y, h_n, c_n = self._run(x, initial_state, sequence_lens, deterministic, rngs)
         return y, (h_n, c_n)
 
     @classmethod
-    def from_params(cls, layers: Sequence[LSTMParams], **options: Any) -> LSTM:
+    def from_params(cls, layers: Sequence[LSTMParams], *, rngs: nnx.Rngs | None = None, **options: Any) -> LSTM:
         """A module holding given weights, e.g. a converter's ``(layers, options)``.
 
         Args:
           layers: one ``jaxgru.LSTMParams`` per layer (peepholes are kept).
           **options: the module's keyword options. The number of directions comes from the
             weights; a converter's ``direction`` ("forward" or "bidirectional") is accepted in
-            place of ``bidirectional``, so its options pass through unchanged.
+            place of ``bidirectional``, so its options pass through unchanged (``dropout``
+            included).
+          rngs: the ``nnx.Rngs`` of the module (with ``dropout``, its dropout stream);
+            ``nnx.Rngs(0)`` if None.
 
         Returns:
           An ``LSTM`` whose sizes, direction and ``param_dtype`` are those of ``layers``.
@@ -337,4 +427,4 @@ class LSTM(_Stack):
           >>> model.bidirectional, model.layers[0].w.shape
           (True, (2, 20, 3))
         """
-        return cls._from_params(layers, options)
+        return cls._from_params(layers, options, rngs)

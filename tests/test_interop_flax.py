@@ -160,3 +160,46 @@ def test_errors():
                                           jnp.zeros((N, H)), jnp.zeros((N, IN))), 9)
     with pytest.raises(ValueError, match="cell is a LSTMCell"):
         from_flax(variables, cell=nn.LSTMCell(features=H))
+
+
+# --------------------------------------------------------------------------------------
+# nnx.RNN: unwrapped to its cell, its time_major / reverse as layout / direction
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("cls", "rnn_kw"), [
+    (nnx.GRUCell, {}),
+    (nnx.LSTMCell, {"time_major": True}),
+    (nnx.OptimizedLSTMCell, {"reverse": True, "keep_order": True}),
+    (nnx.GRUCell, {"reverse": True, "keep_order": True, "time_major": True}),
+])
+def test_nnx_rnn_against_running_it(cls, rnn_kw):
+    x, h0, c0 = _inputs(10)  # x [N, L, I]
+    time_major = rnn_kw.get("time_major", False)
+    xs = jnp.asarray(np.swapaxes(x, 0, 1) if time_major else x)
+    rnn = nnx.RNN(_nnx_cell(cls, 11), return_carry=True, **rnn_kw)
+    lstm = cls is not nnx.GRUCell
+    carry = (jnp.asarray(c0), jnp.asarray(h0)) if lstm else jnp.asarray(h0)
+    last, out = rnn(xs, initial_carry=carry)
+    layers, options = from_flax(rnn)
+    assert options["layout"] == (0 if time_major else 1)
+    assert options["direction"] == ("reverse" if rnn_kw.get("reverse") else "forward")
+    # jaxgru's states: [D, N, H] (layout 0) / [N, D, H] (layout 1)
+    state = (lambda s: jnp.asarray(s)[None]) if time_major else (lambda s: jnp.asarray(s)[:, None])
+    if lstm:
+        y, y_h, y_c = jaxgru.lstm(layers[0], xs, initial_h=state(h0), initial_c=state(c0), **options)
+        got, want = (y, y_h, y_c), (out, last[1], last[0])  # flax's carry is (c, h)
+    else:
+        y, y_h = jaxgru.gru(layers[0], xs, initial_h=state(h0), **options)
+        got, want = (y, y_h), (out, last)
+    d_axis = 1 if time_major else 2  # y: [L, D, N, H] / [N, L, D, H]
+    got = (got[0].squeeze(d_axis), *(s[0] if time_major else s[:, 0] for s in got[1:]))
+    chex.assert_trees_all_close(got, want, **TOL)
+    # the sequence options are those of the layer functions: the cells refuse them
+    assert {k: v for k, v in options.items() if k not in ("direction", "layout")} == from_flax(rnn.cell)[1]
+
+
+def test_nnx_rnn_reversed_outputs_are_refused():
+    rnn = nnx.RNN(_nnx_cell(nnx.GRUCell, 12), reverse=True)
+    with pytest.raises(NotImplementedError, match="reverse=True and keep_order=False"):
+        from_flax(rnn)
+    _, options = from_flax(rnn.cell)  # the weights alone convert
+    assert options == {"linear_before_reset": True}

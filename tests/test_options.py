@@ -12,7 +12,7 @@ import jaxgru
 import jaxgru.equinox
 import jaxgru.flax
 from jaxgru._src import cells, options
-from jaxgru._src.modules import module_options
+from jaxgru._src.modules import MODULE_OPTIONS, module_options
 from jaxgru._src.webgpu import shaders
 from jaxgru.interop import _onnx, _torch
 
@@ -20,9 +20,11 @@ CELLS = ("gru", "lstm")
 LAYER = {"gru": jaxgru.gru, "lstm": jaxgru.lstm}
 STACK = {"gru": jaxgru.gru_stack, "lstm": jaxgru.lstm_stack}
 STEP = {"gru": jaxgru.gru_cell, "lstm": jaxgru.lstm_cell}
+# each framework's own trailing keywords: its mode flag (nnx.Dropout's `deterministic`,
+# eqx.nn.Dropout's `inference`), dtypes and randomness
 MODULES = {
-    "flax": ({"gru": jaxgru.flax.GRU, "lstm": jaxgru.flax.LSTM}, ("dtype", "param_dtype", "rngs")),
-    "equinox": ({"gru": jaxgru.equinox.GRU, "lstm": jaxgru.equinox.LSTM}, ("dtype", "key")),
+    "flax": ({"gru": jaxgru.flax.GRU, "lstm": jaxgru.flax.LSTM}, ("deterministic", "dtype", "param_dtype", "rngs")),
+    "equinox": ({"gru": jaxgru.equinox.GRU, "lstm": jaxgru.equinox.LSTM}, ("inference", "dtype", "key")),
 }
 
 
@@ -66,10 +68,20 @@ def test_module_signature_is_the_table(framework, cell):
     kw = _keywords(cls.__init__)
     want = {"num_layers": 1, "bidirectional": False}
     want.update({n: options.OPTIONS_BY_NAME[n].default for n in module_options(cell)})
+    want.update(MODULE_OPTIONS)  # the module-level (stack) options, not in the layer table
     assert {k: v for k, v in kw.items() if k not in tail} == want
     assert list(kw)[-len(tail):] == list(tail)
-    assert set(module_options(cell)) <= _documented_args(cls)
+    assert set(module_options(cell)) | set(MODULE_OPTIONS) | set(tail) <= _documented_args(cls)
     assert cls.cell == cell
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_stack_signature_spells_out_the_module_level_options(cell):
+    kw = _keywords(STACK[cell])
+    assert {k: kw[k] for k in MODULE_OPTIONS} == MODULE_OPTIONS
+    assert kw["key"] is None  # the dropout key: per call, not an option
+    assert not set(MODULE_OPTIONS) & set(options.OPTIONS_BY_NAME), "stack-level options stay out of the table"
+    assert {*MODULE_OPTIONS, "key"} <= _documented_args(STACK[cell])
 
 
 @pytest.mark.parametrize("cell", CELLS)
@@ -108,7 +120,8 @@ def test_flags_reach_config_repr_and_wgsl():
 
 def test_converter_mappings_come_from_the_table():
     for cell in CELLS:
-        assert set(_torch._TORCH_OPTIONS[cell]) == set(options.option_names(cell))
+        # every layer option (refused by value where PyTorch cannot express it) and dropout
+        assert set(_torch._TORCH_OPTIONS[cell]) == set(options.option_names(cell)) | set(MODULE_OPTIONS)
         onnx_names = {o.onnx for o in options.options_for(cell) if o.onnx}
         assert onnx_names <= _onnx._ATTRS[cell.upper()]
         assert all(o.onnx_type for o in options.options_for(cell) if o.onnx)

@@ -145,7 +145,7 @@ def test_shard_map_on_wgsl():
 
 def test_export_refuses_host_callbacks_with_a_clear_error():
     fn, params, x, _ = _problem()
-    with pytest.raises(NotImplementedError, match="host_callbacks"):
+    with pytest.raises(NotImplementedError, match=r"backend='wgsl' cannot be exported.*Use backend='xla'"):
         jax.export.export(jax.jit(lambda p, x: fn(p, x, direction="bidirectional", backend="wgsl")))(params, x)
 
 
@@ -199,13 +199,19 @@ def test_many_calls_keep_caches_bounded():
         fn = jaxgru.gru if cell == "gru" else jaxgru.lstm
         p = init(jax.random.key(L), 3, H)
         fns.append((jax.jit(lambda p, x, fn=fn: fn(p, x, backend="wgsl")), p, (L, N, 3)))
+    def calls(n):
+        for k in range(n):
+            f, p, shape = fns[k % len(fns)]
+            jax.block_until_ready(f(jax.tree.map(lambda a, k=k: a * (1 + k % 7), p), jnp.full(shape, k % 5 / 5)))
+
     for f, p, shape in fns:  # warm up every shape
         jax.block_until_ready(f(p, jnp.ones(shape)))
     warm = runtime.stats()
+    # one round first for JAX's own caches (the eager ops that make new weights and inputs
+    # compile per value: ~31 MiB once, measured; flat over the next 360 calls)
+    calls(120)
     rss0 = _rss_mib()
-    for k in range(120):
-        f, p, shape = fns[k % len(fns)]
-        jax.block_until_ready(f(jax.tree.map(lambda a, k=k: a * (1 + k % 7), p), jnp.full(shape, k % 5 / 5)))
+    calls(120)
     end = runtime.stats()
     assert end["pipelines"] == warm["pipelines"] <= end["max_pipelines"]
     pool, tables = end["pool"], end["tables"]

@@ -15,6 +15,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxgru._src import backends, shapes
+from jaxgru._src import dropout as _dropout
 from jaxgru._src.cells import direction_axis, spec
 from jaxgru._src.options import OPTIONS_BY_NAME, check_names, make_config, num_directions, option_names, pick
 from jaxgru._src.params import PARAMS_TYPE, GRUParams, LSTMParams
@@ -31,6 +32,9 @@ _OPTION = OPTIONS_BY_NAME
 def _array(fname: str, name: str, v: Any) -> Any:
     if isinstance(v, (jax.Array, np.ndarray)) or hasattr(v, "__jax_array__"):
         return v
+    if type(v).__name__ == "PackedSequence" and type(v).__module__.startswith("torch"):  # torch not imported
+        raise TypeError(f"{fname}: {name} is a torch PackedSequence; convert it with "
+                        "jaxgru.interop.from_packed_sequence(packed) -> (x, sequence_lens).")
     try:
         return jnp.asarray(v)
     except (TypeError, ValueError) as e:
@@ -67,7 +71,8 @@ def _concrete_lens(fname: str, lens: Any, length: int) -> None:
 
 def _lens(fname: str, sequence_lens: Any, batch: int, length: int) -> Any:
     if sequence_lens is None:
-        return jnp.full((batch,), length, jnp.int32)
+        # lax.full, not jnp.full: jax2onnx's jnp.full takes no symbolic batch
+        return jax.lax.full((batch,), length, jnp.int32)
     lens = _array(fname, "sequence_lens", sequence_lens)
     if not np.issubdtype(np.dtype(lens.dtype), np.integer):
         raise TypeError(
@@ -124,7 +129,7 @@ def _layer(cell: str, fname: str, params: Any, x: Any, states: Mapping[str, Any]
         else:
             operands.append(jnp.zeros(zeros[o.field], dtype) if v is None else jnp.asarray(v).astype(dtype))
     shapes.check_operands(cfg, fname, operands)
-    cfg = cfg.replace(backend=backends.resolve(cfg.backend, fname, dtype))
+    cfg = backends.configure(cfg, fname, dtype)
     out_dtype = jax.dtypes.canonicalize_dtype(x.dtype)
     return tuple(o.astype(out_dtype) for o in run_layer(cfg, operands))
 
@@ -303,9 +308,12 @@ def lstm_cell(
     return y_h[0], y_c[0]
 
 
-def _stack(cell: str, fname: str, layers: Any, x: Any, states: dict[str, Any], options: dict[str, Any]
-           ) -> tuple[jax.Array, ...]:
-    """Layers in sequence; each layer's options are ``options`` (minus ``sequence_lens``)."""
+def _stack(cell: str, fname: str, layers: Any, x: Any, states: dict[str, Any], options: dict[str, Any],
+           dropout: Any = 0.0, key: Any = None) -> tuple[jax.Array, ...]:
+    """Layers in sequence; each layer's options are ``options`` (minus ``sequence_lens``).
+
+    ``dropout`` / ``key``: dropout between layers (``dropout.py``); none without a key.
+    """
     cls = PARAMS_TYPE[cell]
     if isinstance(layers, cls) or not isinstance(layers, Sequence) or not layers:
         raise TypeError(
@@ -313,6 +321,7 @@ def _stack(cell: str, fname: str, layers: Any, x: Any, states: dict[str, Any], o
             f"{type(layers).__name__}."
         )
     check_names(fname, options, ("sequence_lens", *option_names(cell)))
+    rate, key = _dropout.check(fname, dropout, key)
     options = dict(options)
     sequence_lens = options.pop("sequence_lens", None)
     direction = _OPTION["direction"].check(fname, "direction", options.get("direction", "forward"))
@@ -334,9 +343,11 @@ def _stack(cell: str, fname: str, layers: Any, x: Any, states: dict[str, Any], o
             )
         init[name] = s
     finals: list[list[jax.Array]] = [[] for _ in states]
+    keys = _dropout.layer_keys(rate, key, n_layers)
     y = x
     for k, params in enumerate(layers):
-        w_shape = jnp.shape(params.w) if isinstance(params, cls) and params.w is not None else ()
+        # np.shape, not jnp.shape: jax2onnx patches jnp.shape to return a traced array
+        w_shape = np.shape(params.w) if isinstance(params, cls) and params.w is not None else ()
         if k and len(w_shape) == 3 and w_shape[-1] != x.shape[-1]:
             raise ValueError(
                 f"{fname}: layers[{k}] must read the previous layer's outputs, num_directions*hidden="
@@ -353,26 +364,56 @@ def _stack(cell: str, fname: str, layers: Any, x: Any, states: dict[str, Any], o
         else:
             batch, length, _, hidden = y.shape
             x = y.reshape(batch, length, d * hidden)
+        if keys is not None and k < n_layers - 1:  # every layer's output but the last
+            x = _dropout.apply(x, rate, keys[k])
     return (y, *(jnp.concatenate(s, axis=axis) for s in finals))
 
 
 def gru_stack(
-    layers: Sequence[GRUParams], x: ArrayLike, *, initial_h: ArrayLike | None = None, **options: Any
+    layers: Sequence[GRUParams],
+    x: ArrayLike,
+    *,
+    initial_h: ArrayLike | None = None,
+    dropout: float = 0.0,
+    key: jax.Array | None = None,
+    **options: Any,
 ) -> tuple[jax.Array, jax.Array]:
     """A multi-layer GRU: layer k+1 reads layer k's outputs, directions side by side.
+
+    Dropout between layers is PyTorch's ``nn.GRU(dropout=p)`` (inverted): with
+    ``keys = jax.random.split(key, num_layers)``, the output of each layer ``k`` but the last
+    (the next layer's input ``x_k``, ``[L, N, D*H]`` or ``[N, L, D*H]``) becomes
+    ``jnp.where(jax.random.bernoulli(keys[k], 1 - dropout, x_k.shape), x_k * (1 / (1 - dropout)), 0)``.
+    Without a key nothing is dropped (inference), whatever ``dropout`` is.
 
     Args:
       layers: one ``GRUParams`` per layer; layer k > 0 has input size ``D * H``.
       x: inputs ``[L, N, I]`` (layout 0) or ``[N, L, I]`` (layout 1).
       initial_h: ``[num_layers*D, N, H]`` (layout 0) or ``[N, num_layers*D, H]`` (layout 1),
         layer-major then direction (PyTorch's order); zeros if None.
+      dropout: the rate in [0, 1) at which each layer's output but the last is zeroed (the kept
+        values are scaled by ``1 / (1 - dropout)``); applied only with a ``key``.
+      key: a JAX PRNG key for the dropout masks; None for no dropout (inference).
       **options: ``sequence_lens`` and every keyword option of ``gru`` (applied to each layer).
 
     Returns:
       ``(y, h_n)``: the last layer's ``y`` (as ``gru`` returns it) and the final states of
       every layer, shaped like ``initial_h``.
+
+    Raises:
+      TypeError, ValueError: a bad argument, named in the message (``dropout`` outside [0, 1),
+        a ``key`` that is not a PRNG key, layers that do not chain, ...).
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxgru
+      >>> layers = [jaxgru.init_gru(jax.random.key(0), 3, 5), jaxgru.init_gru(jax.random.key(1), 5, 5)]
+      >>> x = jnp.ones((7, 2, 3))
+      >>> y, h_n = jaxgru.gru_stack(layers, x, dropout=0.5, key=jax.random.key(2))  # training
+      >>> y_eval, _ = jaxgru.gru_stack(layers, x, dropout=0.5)  # no key: no dropout
+      >>> y.shape, h_n.shape, bool(jnp.all(y_eval == jaxgru.gru_stack(layers, x)[0]))
+      ((7, 1, 2, 5), (2, 2, 5), True)
     """
-    y, h_n = _stack("gru", "jaxgru.gru_stack", layers, x, {"initial_h": initial_h}, options)
+    y, h_n = _stack("gru", "jaxgru.gru_stack", layers, x, {"initial_h": initial_h}, options, dropout, key)
     return y, h_n
 
 
@@ -382,20 +423,39 @@ def lstm_stack(
     *,
     initial_h: ArrayLike | None = None,
     initial_c: ArrayLike | None = None,
+    dropout: float = 0.0,
+    key: jax.Array | None = None,
     **options: Any,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """A multi-layer LSTM: layer k+1 reads layer k's outputs, directions side by side.
+
+    Dropout between layers is PyTorch's ``nn.LSTM(dropout=p)``, drawn as in ``gru_stack``
+    (``keys = jax.random.split(key, num_layers)``, ``keys[k]`` masks layer k's output, the
+    last layer's output is kept whole); without a key nothing is dropped (inference).
 
     Args:
       layers: one ``LSTMParams`` per layer; layer k > 0 has input size ``D * H``.
       x: inputs ``[L, N, I]`` (layout 0) or ``[N, L, I]`` (layout 1).
       initial_h: ``[num_layers*D, N, H]`` (layout 0) or ``[N, num_layers*D, H]`` (layout 1).
       initial_c: like ``initial_h``.
+      dropout: the rate in [0, 1) at which each layer's output but the last is zeroed (the kept
+        values are scaled by ``1 / (1 - dropout)``); applied only with a ``key``.
+      key: a JAX PRNG key for the dropout masks; None for no dropout (inference).
       **options: ``sequence_lens`` and every keyword option of ``lstm`` (applied to each layer).
 
     Returns:
       ``(y, h_n, c_n)``: the last layer's ``y`` and the final states of every layer.
+
+    Raises:
+      TypeError, ValueError: a bad argument, named in the message.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxgru
+      >>> layers = [jaxgru.init_lstm(jax.random.key(0), 3, 5), jaxgru.init_lstm(jax.random.key(1), 5, 5)]
+      >>> y, h_n, c_n = jaxgru.lstm_stack(layers, jnp.ones((7, 2, 3)), dropout=0.2, key=jax.random.key(2))
+      >>> y.shape, c_n.shape
+      ((7, 1, 2, 5), (2, 2, 5))
     """
     y, h_n, c_n = _stack("lstm", "jaxgru.lstm_stack", layers, x,
-                         {"initial_h": initial_h, "initial_c": initial_c}, options)
+                         {"initial_h": initial_h, "initial_c": initial_c}, options, dropout, key)
     return y, h_n, c_n

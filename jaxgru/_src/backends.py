@@ -4,11 +4,20 @@
 adapter exists (a software adapter such as lavapipe is 20-40x slower than XLA on the same
 CPU); float64 always stays on ``xla``. The environment variable ``JAXGRU_BACKEND`` (``xla`` or
 ``wgsl``) replaces the automatic choice; an explicit ``backend=`` argument always wins.
+
+Two moments decide: at trace time :func:`configure` resolves the call's backend into its
+``RNNConfig`` (``backend``) and records whether the choice was automatic (``auto``); at lowering
+time :func:`lowered` picks what the lowering emits: an automatic choice lowers as ``xla`` under
+``jax.export`` (so an exported artifact is the same on every machine), an explicit ``wgsl``
+refuses to be exported. On Linux, ``auto`` asks wgpu for adapters (0.3-0.9 s: it loads the
+Vulkan drivers) only where a GPU device node exists (:func:`gpu_device_node`): without one only
+a software adapter could answer, and ``auto`` would not pick it.
 """
 
 from __future__ import annotations
 
 import functools
+import glob
 import os
 import sys
 import tempfile
@@ -20,8 +29,18 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover
     from numpy.typing import DTypeLike
 
+    from jaxgru._src.options import RNNConfig
+
 ENV = "JAXGRU_BACKEND"
 HARDWARE_ADAPTERS = ("DiscreteGPU", "IntegratedGPU")
+# Linux device nodes through which a hardware GPU driver is reached: DRM render/card nodes
+# (Mesa: AMD, Intel, virtio-gpu, Mali/Adreno/Asahi under DRM), NVIDIA's proprietary driver, WSL's
+# GPU paravirtualisation, and the non-DRM embedded drivers (Tegra, Mali, Adreno, Vivante,
+# PowerVR). A Vulkan/GL adapter of a hardware GPU needs one of them; lavapipe needs none.
+GPU_DEVICE_NODES = (
+    "/dev/dri/renderD*", "/dev/dri/card*", "/dev/nvidia[0-9]*", "/dev/nvidiactl", "/dev/dxg",
+    "/dev/nvhost-ctrl-gpu", "/dev/nvgpu*", "/dev/mali*", "/dev/kgsl-3d0", "/dev/galcore", "/dev/pvr*",
+)
 
 
 def _quiet_mesa() -> None:
@@ -46,6 +65,21 @@ def adapter_status() -> dict:
     return _adapter_status(os.environ.get(ADAPTER_ENV, ""))
 
 
+def gpu_device_node() -> str | None:
+    """A device node of a hardware GPU on this Linux host, or None if there is none.
+
+    Elsewhere (macOS: Metal; Windows: DX12/Vulkan) the answer is unknown without asking wgpu:
+    returns ``"<platform>"`` so that ``auto`` probes. Costs a few ``glob`` calls (microseconds).
+    """
+    if not sys.platform.startswith("linux"):
+        return f"<{sys.platform}>"
+    for pattern in GPU_DEVICE_NODES:
+        found = glob.glob(pattern)
+        if found:
+            return sorted(found)[0]
+    return None
+
+
 def automatic() -> tuple[str, str]:
     """The backend ``"auto"`` resolves to, and why."""
     env = os.environ.get(ENV, "").strip().lower()
@@ -56,6 +90,11 @@ def automatic() -> tuple[str, str]:
     platform = jax.default_backend()
     if platform != "cpu":
         return "xla", f"JAX's default device is a {platform} device: XLA runs there"
+    if gpu_device_node() is None:
+        # no hardware GPU can be reached: only a software adapter could exist, which auto never
+        # picks, so skip the adapter probe (it loads every Vulkan/GL driver: 0.3-0.9 s)
+        return "xla", ("no GPU device node (" + ", ".join(GPU_DEVICE_NODES[:5]) + ", ...): "
+                       "only a software WebGPU adapter could exist here")
     status = adapter_status()
     if not status["available"]:
         return "xla", "no WebGPU adapter found"
@@ -91,12 +130,58 @@ def resolve(backend: str, fname: str, dtype: DTypeLike = np.float32) -> str:
             raise NotImplementedError(
                 f"{fname}: backend='wgsl' has no float64 (WGSL has no 64-bit floats); use backend='xla'."
             )
-        status = adapter_status()
-        if not status["available"]:
-            from jaxgru._src.webgpu.runtime import WGPUUnavailableError
-
-            raise WGPUUnavailableError(f"{fname}, backend='wgsl': {status['reason']}")
+        require_adapter(fname)
     return backend
+
+
+def require_adapter(fname: str) -> None:
+    """Raise ``WGPUUnavailableError`` unless a WebGPU adapter is usable (cached probe)."""
+    status = adapter_status()
+    if not status["available"]:
+        from jaxgru._src.webgpu.runtime import WGPUUnavailableError
+
+        raise WGPUUnavailableError(f"{fname}, backend='wgsl': {status['reason']}")
+
+
+def configure(cfg: RNNConfig, fname: str, dtype: DTypeLike) -> RNNConfig:
+    """The call's config with its backend resolved at trace time (``api._layer``).
+
+    An explicit backend is checked now (float64, the adapter): its errors come at trace time.
+    ``"auto"`` is resolved (``automatic()``) and marked ``auto=True``; where it resolves to
+    ``wgsl`` the adapter is checked when the call is lowered, so that ``jax.export`` (which
+    lowers it as ``xla``) works on every machine.
+    """
+    if cfg.backend != "auto":
+        return cfg.replace(backend=resolve(cfg.backend, fname, dtype))
+    backend = "xla" if np.dtype(dtype) == np.float64 else automatic()[0]
+    return cfg.replace(backend=backend, auto=True)
+
+
+def lowered(cfg: RNNConfig, for_export: bool) -> str:
+    """The backend a lowering of ``cfg`` emits: what ``configure`` chose, except under export.
+
+    Args:
+      cfg: the primitive's config (``backend`` resolved, ``auto`` whether automatically).
+      for_export: whether the module is lowered for ``jax.export`` (which cannot serialise the
+        ``wgsl`` backend's host callback).
+
+    Raises:
+      NotImplementedError: an explicit ``backend="wgsl"`` under ``jax.export``.
+      WGPUUnavailableError: ``auto`` resolved to wgsl (``JAXGRU_BACKEND=wgsl``) and no adapter.
+    """
+    fname = f"jaxgru.{cfg.cell}"
+    if for_export:
+        if cfg.auto:
+            return "xla"  # portable: the same artifact whatever this machine would pick
+        if cfg.backend == "wgsl":
+            raise NotImplementedError(
+                f"{fname}: backend='wgsl' cannot be exported: jax.export cannot serialise its host "
+                "callback into the WebGPU kernels. Use backend='xla' (or backend='auto', which "
+                "exports as xla) in functions you export."
+            )
+    elif cfg.auto and cfg.backend == "wgsl":
+        require_adapter(fname)
+    return cfg.backend
 
 
 def backend_info() -> dict:

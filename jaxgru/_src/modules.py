@@ -3,7 +3,9 @@ holds a module's sizes and options (validated once, at construction), initialise
 checks its inputs and runs the stack; and reading a converter's output back into a module.
 
 A module's options are the stack options of its cell (``options.OPTIONS``) with ``direction``
-replaced by ``bidirectional``; both frameworks read them from the spec.
+replaced by ``bidirectional``, plus the module-level options of ``MODULE_OPTIONS`` (the stack
+functions' own keywords, such as ``dropout``, which are not layer options); both frameworks
+read them from the spec.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxgru._src import api
+from jaxgru._src import dropout as _dropout
 from jaxgru._src.cells import spec as cell_spec
 from jaxgru._src.options import OPTIONS_BY_NAME, check_names, make_config, option_names
 from jaxgru._src.params import PARAMS_TYPE, GRUParams, LSTMParams, init_gru, init_lstm
@@ -27,9 +31,25 @@ _INIT: dict[str, Callable[..., Any]] = {"gru": init_gru, "lstm": init_lstm}
 _STACK: dict[str, Callable[..., Any]] = {"gru": api.gru_stack, "lstm": api.lstm_stack}
 
 
+# The module-level options: keywords of every module constructor that are not layer options
+# (not in options.OPTIONS) but keywords of the stack functions, with their defaults.
+MODULE_OPTIONS: dict[str, Any] = {"dropout": 0.0}
+
+
 def module_options(cell: str) -> tuple[str, ...]:
     """The layer options a module of ``cell`` takes as keywords (``direction`` is ``bidirectional``)."""
     return tuple(n for n in option_names(cell) if n != "direction")
+
+
+def check_flag(fname: str, name: str, value: Any) -> bool:
+    """A mode flag of a module (Flax ``deterministic``, Equinox ``inference``) as a bool.
+
+    Raises:
+      TypeError: not a bool (a traced bool included: the mode must be known when tracing).
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{fname}: {name} must be a bool, known when tracing; got {value!r}.")
 
 
 def static_tuple(v: Any) -> Any:
@@ -49,6 +69,8 @@ class ModuleSpec:
       input_size, hidden_size, num_layers: sizes.
       bidirectional: whether each layer runs both directions.
       options: the other layer options (``module_options(cell)``) as (name, value) pairs.
+      dropout: the rate of dropout between layers (``MODULE_OPTIONS``), applied only when a
+        call gives a key (``run``).
     """
 
     cell: str
@@ -58,15 +80,23 @@ class ModuleSpec:
     num_layers: int
     bidirectional: bool
     options: tuple[tuple[str, Any], ...]
+    dropout: float = 0.0
 
     @classmethod
     def make(cls, cell: str, name: str, input_size: Any, hidden_size: Any, num_layers: Any,
              bidirectional: Any, options: dict[str, Any]) -> ModuleSpec:
-        """Validate a module's constructor arguments (every option now, not at the first call)."""
+        """Validate a module's constructor arguments (every option now, not at the first call).
+
+        ``options`` holds the layer options (``module_options(cell)``) and the module-level ones
+        (``MODULE_OPTIONS``).
+        """
+        options = dict(options)
+        dropout = _dropout.check_rate(name, options.pop("dropout", MODULE_OPTIONS["dropout"]))
         check_names(name, options, module_options(cell))
         spec = cls(cell, name, check_size(name, "input_size", input_size), check_size(name, "hidden_size", hidden_size),
                    check_size(name, "num_layers", num_layers), bool(bidirectional),
-                   tuple((k, static_tuple(options.get(k))) for k in module_options(cell) if k in options))
+                   tuple((k, static_tuple(options.get(k))) for k in module_options(cell) if k in options),
+                   dropout)
         make_config(cell, name, **spec.stack_options())
         return spec
 
@@ -80,7 +110,7 @@ class ModuleSpec:
         Raises:
           AttributeError: ``name`` is neither.
         """
-        if name in _SIZES:
+        if name in _SIZES or name in MODULE_OPTIONS:
             return getattr(self, name)
         if name not in module_options(self.cell):
             raise AttributeError(f"{self.name} has no attribute {name!r}")
@@ -97,15 +127,20 @@ class ModuleSpec:
                                  bidirectional=self.bidirectional, dtype=dtype)
                 for i, k in enumerate(keys)]
 
-    def run(self, layers: Sequence[Params], x: Any, states: dict[str, Any], sequence_lens: Any) -> tuple[Any, ...]:
-        """The stack call, after checking x's features against the module's ``input_size``."""
-        shape = jnp.shape(x)
+    def run(self, layers: Sequence[Params], x: Any, states: dict[str, Any], sequence_lens: Any,
+            key: Any = None) -> tuple[Any, ...]:
+        """The stack call, after checking x's features against the module's ``input_size``.
+
+        ``key``: the dropout key (None: no dropout); each framework decides when to pass one.
+        """
+        shape = np.shape(x)  # a static shape, also under tracing exporters that wrap jnp
         if len(shape) == 3 and shape[-1] != self.input_size:
             raise ValueError(
                 f"{self.name}: x has {shape[-1]} features on its last axis, but the module's "
                 f"input_size is {self.input_size} (x of shape {tuple(shape)})."
             )
-        return _STACK[self.cell](list(layers), x, **states, sequence_lens=sequence_lens, **self.stack_options())
+        return _STACK[self.cell](list(layers), x, **states, sequence_lens=sequence_lens, dropout=self.dropout,
+                                 key=key, **self.stack_options())
 
 
 _SIZES = ("input_size", "hidden_size", "num_layers", "bidirectional")

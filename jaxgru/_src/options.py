@@ -207,6 +207,8 @@ class RNNConfig:
       activations: per direction, the resolved activations (f, g) or (f, g, h).
       clip: clamp of every activation input, or None.
       backend: the resolved backend, "xla" or "wgsl".
+      auto: whether ``backend`` was chosen by ``backend="auto"`` (then ``jax.export`` lowers the
+        call as ``xla``, whatever this machine chose; see ``backends.lowered``). Not in the repr.
       ragged: whether per-sequence lengths are applied.
       peepholes: LSTM only, whether P is used.
       flags: the cell's boolean options (``OPTIONS`` entries with ``flag``), as (name, value);
@@ -222,6 +224,7 @@ class RNNConfig:
     ragged: bool = False
     peepholes: bool = False
     flags: tuple[tuple[str, bool], ...] = ()
+    auto: bool = False
 
     def __getattr__(self, name: str) -> bool:
         # only reached for names that are not fields: the flags; another cell's flag is False

@@ -17,6 +17,9 @@ Flax 0.12's formulas (kernels are ``(in, out)``, applied as ``x @ kernel + bias`
   ``lstm_cell`` takes and returns ``(h, c)``.
 - nnx ``OptimizedLSTMCell``: ``dense_i`` (``(I, 4H)``, no bias) and ``dense_h`` (``(H, 4H)``,
   with bias), gates i, f, g, o.
+- nnx ``RNN``: ``nnx.scan`` of its ``cell`` over the time axis (axis 1 unless ``time_major``),
+  from the cell's ``initialize_carry`` (zeros by default); ``reverse=True`` flips the inputs
+  (and, with ``keep_order=True``, the outputs back): ONNX ``direction="reverse"``.
 """
 
 from __future__ import annotations
@@ -117,6 +120,26 @@ def _kind(fname: str, tree: Mapping) -> str:
     )
 
 
+def _nnx_rnn(obj: Any) -> Any:
+    """``obj`` if it is an ``nnx.RNN`` (flax imported only for a flax object), else None."""
+    if type(obj).__module__.split(".")[0] != "flax":
+        return None
+    from flax import nnx
+
+    return obj if isinstance(obj, nnx.RNN) else None
+
+
+def _rnn_options(fname: str, rnn: Any) -> dict[str, Any]:
+    """The sequence options (direction, layout) that reproduce an ``nnx.RNN`` around its cell."""
+    if rnn.reverse and not rnn.keep_order:
+        raise NotImplementedError(
+            f"{fname}: an nnx.RNN with reverse=True and keep_order=False returns its outputs in reversed "
+            "time order, which no ONNX direction does; build it with keep_order=True (ONNX's "
+            "direction='reverse'), or convert rnn.cell and flip the outputs along time."
+        )
+    return {"direction": "reverse" if rnn.reverse else "forward", "layout": 0 if rnn.time_major else 1}
+
+
 def from_flax(
     cell_params: Any, *, cell: Any = None
 ) -> tuple[list[GRUParams] | list[LSTMParams], dict[str, Any]]:
@@ -125,12 +148,15 @@ def from_flax(
     The cell kind is detected from the parameter names (see the module docstring for each
     kind's formulas). A linen parameter dict does not record the cell's ``gate_fn`` /
     ``activation_fn``: the defaults (sigmoid, tanh) are assumed unless ``cell`` (the linen
-    module instance) is passed. nnx modules carry theirs and are read directly.
+    module instance) is passed. nnx modules carry theirs and are read directly. An ``nnx.RNN``
+    is unwrapped to its cell, and its ``time_major`` / ``reverse`` become the options
+    ``layout`` / ``direction`` of ``jaxgru.gru`` / ``lstm``, which then reproduce the RNN.
 
     Args:
       cell_params: the variables of a linen ``GRUCell``, ``LSTMCell`` or ``OptimizedLSTMCell``
         (with or without the top-level ``"params"`` key), an nnx ``GRUCell``, ``LSTMCell`` or
-        ``OptimizedLSTMCell`` module, or its ``nnx.state(module, nnx.Param)``.
+        ``OptimizedLSTMCell`` module, or its ``nnx.state(module, nnx.Param)``, or an
+        ``nnx.RNN`` around one of these nnx cells.
       cell: optional linen cell instance whose ``gate_fn``/``activation_fn`` to read.
 
     Returns:
@@ -138,12 +164,14 @@ def from_flax(
       parameters' dtype) and options for ``gru_cell``/``lstm_cell`` (GRU:
       ``linear_before_reset=True``; activations when not the defaults). The same options run a
       whole sequence with ``jaxgru.gru``/``lstm``; add ``layout=1`` for the batch-major inputs
-      of ``flax.linen.RNN`` / ``flax.nnx.RNN``.
+      of ``flax.linen.RNN``. For an ``nnx.RNN``: options for ``jaxgru.gru`` / ``lstm`` (the
+      cell's, plus ``direction`` and ``layout``) that reproduce the RNN over a sequence.
 
     Raises:
       TypeError: an unsupported object.
       ValueError: keys or shapes that match no Flax cell, or a ``cell`` of another kind.
-      NotImplementedError: a ``gate_fn``/``activation_fn`` without an exact ONNX equivalent.
+      NotImplementedError: a ``gate_fn``/``activation_fn`` without an exact ONNX equivalent, or
+        an ``nnx.RNN`` with ``reverse=True`` and ``keep_order=False``.
 
     Example:
       >>> import jax, jax.numpy as jnp, flax.linen as nn, jaxgru
@@ -157,7 +185,9 @@ def from_flax(
       True
     """
     fname = "jaxgru.interop.from_flax"
-    tree, module = _tree(fname, cell_params)
+    rnn = _nnx_rnn(cell_params)
+    sequence = {} if rnn is None else _rnn_options(fname, rnn)
+    tree, module = _tree(fname, cell_params if rnn is None else rnn.cell)
     kind = _kind(fname, tree)
     source = module if module is not None else cell
     if source is not None:
@@ -215,5 +245,6 @@ def from_flax(
         a = _activation(fname, "activation_fn", source.activation_fn)
         acts = (f, a) if cell_kind == "gru" else (f, a, a)
         options.update(C.activation_options(cell_kind, acts, "forward"))
+    options = {**sequence, **options}
     arrays = (C.as_jax(w[None]), C.as_jax(r[None]), C.as_jax(b[None]))
     return ([GRUParams(*arrays)] if cell_kind == "gru" else [LSTMParams(*arrays)]), options

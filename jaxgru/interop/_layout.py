@@ -13,6 +13,7 @@ along the gate axis (blocks are contiguous and of equal size H):
  Apple BNNS Graph   rnz     ifog (weights)
  Flax linen         per-gate Dense layers (named ``ir``, ``iz``, ``in``, ...)
  Flax nnx           rzn     ifgo (``OptimizedLSTMCell``)
+ Equinox            rzn     ifgo (``eqx.nn.GRUCell`` / ``LSTMCell``)
 =================  ======  =======
 
 Letters: ``z`` update, ``r`` reset, ``n`` new / candidate (ONNX calls it ``h``); ``i`` input,
@@ -40,6 +41,8 @@ BNNS_LSTM = "ifog"
 BNNS_LSTM_BIAS_ORDERS = ("ifog", "ifgo")
 FLAX_NNX_GRU = "rzn"
 FLAX_NNX_OPTIMIZED_LSTM = "ifgo"
+EQUINOX_GRU = "rzn"
+EQUINOX_LSTM = "ifgo"
 # ONNX peephole order (WebNN uses the same): i, o, f.
 PEEPHOLES = "iof"
 

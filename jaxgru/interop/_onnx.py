@@ -41,6 +41,10 @@ _ATTRS = {
 # need. onnxruntime refuses a model that sets one at an older opset (layout at opset 13:
 # "INVALID_GRAPH : ... Error Unrecognized attribute: layout for operator GRU"), so we do too.
 _SINCE_OPSET = {"layout": 14}
+# A model's metadata entry (``metadata_props``) saying that its graph is batch-major around
+# layout-0 nodes: to_onnx writes it for layout=1 (onnxruntime refuses layout=1 nodes at run
+# time); from_onnx then returns layout=1.
+LAYOUT_METADATA = "jaxgru.layout"
 _DEFAULTS = {o.name: o.default for o in OPTIONS}
 # An attribute's value (strings already decoded by _attrs) -> the option's value.
 _FROM_ONNX: dict[OnnxType, Callable[[Any], Any]] = {
@@ -199,7 +203,9 @@ def from_onnx(
     jaxgru's parameters are the ONNX inputs ``W``, ``R``, ``B`` (and ``P``) unchanged; absent
     ``B``/``P`` give ``None``. The attributes become options (``direction``, ``layout``,
     ``linear_before_reset`` / ``input_forget``, ``activations``, ``activation_alpha``,
-    ``activation_beta``, ``clip``). Note: for a missing Affine / ScaledTanh / ThresholdedRelu
+    ``activation_beta``, ``clip``); a model written by :func:`to_onnx` with ``layout=1`` (layout-0
+    nodes between Transposes, marked ``jaxgru.layout = "1"`` in its metadata) gives ``layout=1``.
+    Note: for a missing Affine / ScaledTanh / ThresholdedRelu
     parameter jaxgru uses the ONNX default, where onnxruntime uses 0.
 
     Args:
@@ -276,6 +282,9 @@ def from_onnx(
                              f"node outputs num_directions*hidden={prev_out}, so they do not form "
                              f"a stack; {hint}")
         prev_out = d * hidden
+    if options.get("layout") == 0 and any(p.key == LAYOUT_METADATA and p.value == "1"
+                                           for p in model.metadata_props):
+        options = {**options, "layout": 1}  # written by to_onnx: Transposes around layout-0 nodes
     # one kind for every node (checked above): all GRUParams or all LSTMParams
     layers = cast("list[GRUParams] | list[LSTMParams]", [p for _, p, _ in converted])
     return layers, options

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from jaxgru._src import dropout as _dropout
 from jaxgru._src.cells import CELLS, spec
 from jaxgru._src.options import flags_for, option_names
 from jaxgru._src.params import PARAMS_TYPE, GRUParams, LSTMParams
@@ -71,11 +72,12 @@ def from_torch(module: torch.nn.Module) -> tuple[list[GRUParams] | list[LSTMPara
     """Convert a PyTorch GRU/LSTM module (or cell) to jaxgru parameters and options.
 
     Supports ``nn.GRU``, ``nn.LSTM`` (any ``num_layers``, ``bidirectional``, ``batch_first``,
-    ``bias``), ``nn.GRUCell`` and ``nn.LSTMCell``. The result reproduces the module in
-    inference mode: dropout between layers is not converted (it is the identity at inference).
-    With ``batch_first=True`` the options hold ``layout=1``; note that PyTorch's ``h_0``/``h_n``
-    stay ``[num_layers*D, N, H]`` even then, while jaxgru's layout-1 states are
-    ``[N, num_layers*D, H]`` (swap axes 0 and 1).
+    ``bias``), ``nn.GRUCell`` and ``nn.LSTMCell``. The module's dropout between layers
+    becomes the stack option ``dropout`` (present only when ``module.dropout > 0``): the stack
+    applies it only when called with a ``key`` (PyTorch's training mode), so without one the
+    result reproduces the module in eval mode. With ``batch_first=True`` the options hold
+    ``layout=1``; note that PyTorch's ``h_0``/``h_n`` stay ``[num_layers*D, N, H]`` even then,
+    while jaxgru's layout-1 states are ``[N, num_layers*D, H]`` (swap axes 0 and 1).
 
     Args:
       module: an ``nn.GRU``, ``nn.LSTM``, ``nn.GRUCell`` or ``nn.LSTMCell``.
@@ -83,8 +85,9 @@ def from_torch(module: torch.nn.Module) -> tuple[list[GRUParams] | list[LSTMPara
     Returns:
       ``(layers, options)``: one ``GRUParams``/``LSTMParams`` per layer (weights as jax arrays
       in the module's dtype, ``b=None`` when ``bias=False``), and keyword options for
-      ``jaxgru.gru_stack``/``lstm_stack`` (``direction``, ``layout``, and
-      ``linear_before_reset=True`` for GRU), or, for a cell, for ``gru_cell``/``lstm_cell``.
+      ``jaxgru.gru_stack``/``lstm_stack`` (``direction``, ``layout``,
+      ``linear_before_reset=True`` for GRU, and ``dropout`` when nonzero), or, for a cell, for
+      ``gru_cell``/``lstm_cell``.
 
     Raises:
       TypeError: ``module`` is not one of the supported modules.
@@ -136,17 +139,21 @@ def from_torch(module: torch.nn.Module) -> tuple[list[GRUParams] | list[LSTMPara
         }
     if cell == "gru":
         options["linear_before_reset"] = True
+    rate = 0.0 if is_cell else float(cast(float, module.dropout))  # torch types attributes as Tensor | Module
+    if rate > 0:  # a stack option: gru_stack / lstm_stack, the modules
+        options["dropout"] = rate
     return layers, options
 
 
-# What to_torch accepts: every layer option (those PyTorch cannot express are refused by value).
-_TORCH_OPTIONS = {cell: option_names(cell) for cell in CELLS}
+# What to_torch accepts: every layer option (those PyTorch cannot express are refused by value)
+# and the stack option `dropout` (nn.GRU / nn.LSTM's own).
+_TORCH_OPTIONS = {cell: (*option_names(cell), "dropout") for cell in CELLS}
 # The flags PyTorch's formulas fix away from the ONNX default; every other flag must be at its default.
 _TORCH_FLAGS = {"linear_before_reset": True}
 
 
-def _check_options(fname: str, cell: str, options: dict) -> tuple[str, int]:
-    """(direction, layout) after refusing what PyTorch cannot express."""
+def _check_options(fname: str, cell: str, options: dict) -> tuple[str, int, float]:
+    """(direction, layout, dropout) after refusing what PyTorch cannot express."""
     if not isinstance(options, dict):
         raise TypeError(f"{fname}: options must be a dict; got {type(options).__name__}.")
     for k in options:
@@ -176,7 +183,7 @@ def _check_options(fname: str, cell: str, options: dict) -> tuple[str, int]:
     layout = options.get("layout", 0)
     if layout not in (0, 1) or isinstance(layout, bool):
         raise ValueError(f"{fname}: options['layout'] must be 0 or 1; got {layout!r}.")
-    return direction, int(layout)
+    return direction, int(layout), _dropout.check_rate(fname, options.get("dropout", 0.0))
 
 
 def _layers_kind(fname: str, layers) -> str:
@@ -252,24 +259,26 @@ def to_torch(
         ``nn.LSTMCell``) whose configuration matches; its parameters are overwritten in place
         (cast to its dtype; absent biases written as zeros). If None, a new ``nn.GRU``/``nn.LSTM``
         is created with matching ``input_size``, ``hidden_size``, ``num_layers``,
-        ``bidirectional``, ``batch_first``, ``bias`` (False when every ``b`` is None) and dtype.
+        ``bidirectional``, ``batch_first``, ``bias`` (False when every ``b`` is None),
+        ``dropout`` (``options["dropout"]``, 0 if absent) and dtype. A given ``nn.GRU`` /
+        ``nn.LSTM`` gets ``options["dropout"]`` as its ``dropout`` when the options hold one.
 
     Returns:
       The module holding the weights.
 
     Raises:
-      TypeError: ``layers`` is not a list of one parameter kind, or ``module`` is not a
-        supported module of that kind.
+      TypeError: ``layers`` is not a list of one parameter kind, ``module`` is not a supported
+        module of that kind, or ``options["dropout"]`` is not a number.
       ValueError: options PyTorch cannot express (a GRU without ``linear_before_reset=True``,
         non-default activations, ``clip``, ``direction="reverse"``, LSTM peepholes,
-        ``input_forget``), shapes that do not chain, or a ``module`` whose configuration
-        differs (named in the message).
+        ``input_forget``, dropout into a cell), a ``dropout`` outside [0, 1), shapes that do not
+        chain, or a ``module`` whose configuration differs (named in the message).
     """
     import torch
 
     fname = "jaxgru.interop.to_torch"
     cell = _layers_kind(fname, layers)
-    direction, layout = _check_options(fname, cell, options)
+    direction, layout, dropout = _check_options(fname, cell, options)
     d = C.num_directions(direction)
     hidden, input_size, arrays = _check_layers(fname, layers, cell, d)
     has_bias = any(b is not None for _, _, b in arrays)
@@ -277,7 +286,7 @@ def to_torch(
         cls = torch.nn.GRU if cell == "gru" else torch.nn.LSTM
         dtype = _numpy_to_torch(np.zeros(0, arrays[0][0].dtype)).dtype
         module = cls(input_size, hidden, num_layers=len(arrays), bias=has_bias,
-                     batch_first=layout == 1, bidirectional=d == 2, dtype=dtype)
+                     batch_first=layout == 1, bidirectional=d == 2, dropout=dropout, dtype=dtype)
         is_cell = False
     else:
         kind = _kind(module)
@@ -286,9 +295,9 @@ def to_torch(
                             f"{cell.upper()}Cell for {cell.upper()} layers; got "
                             f"{type(module).__name__}.")
         is_cell = kind[1]
-        if is_cell and (len(arrays) != 1 or d != 1):
-            raise ValueError(f"{fname}: a {type(module).__name__} holds one forward layer; got "
-                             f"{len(arrays)} layer(s), direction={direction!r}.")
+        if is_cell and (len(arrays) != 1 or d != 1 or dropout):
+            raise ValueError(f"{fname}: a {type(module).__name__} holds one forward layer without dropout; got "
+                             f"{len(arrays)} layer(s), direction={direction!r}, dropout={dropout!r}.")
         _check_module(fname, module, is_cell, dict(
             hidden_size=hidden, input_size=input_size, num_layers=len(arrays),
             bidirectional=d == 2, batch_first=layout == 1,
@@ -298,6 +307,8 @@ def to_torch(
                 if not C.is_zero(b):
                     raise ValueError(f"{fname}: module has bias=False but layers[{k}].b is nonzero; "
                                      "expected a module with bias=True.")
+        if not is_cell and "dropout" in options:
+            setattr(module, "dropout", dropout)  # noqa: B010  (torch types module attributes as Tensor | Module)
     order = _ORDER[cell]
     with torch.no_grad():
         for (w, r, b), sfx_dirs in zip(arrays, _suffixes(len(arrays), d, is_cell), strict=True):

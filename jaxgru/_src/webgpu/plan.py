@@ -332,7 +332,11 @@ def plan_for(cell: str, *, seq_length: int, batch: int, input_size: int, hidden_
 
     Args:
       cell: "gru" or "lstm".
-      seq_length, batch, input_size, hidden_size, num_directions: the call's sizes.
+      seq_length: L, the number of steps.
+      batch: N, the batch size.
+      input_size: I, the input features.
+      hidden_size: H, the hidden units.
+      num_directions: 1, or 2 for a bidirectional layer.
       linear_before_reset: GRU only (lbr=0 takes two dispatches per step).
       storage: "f32" or "f16", the device element type of x, weights and outputs.
       variant: "auto", "persistent" or "stepwise".
