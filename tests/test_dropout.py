@@ -474,3 +474,18 @@ def test_equinox_bad_arguments():
         model(x, key=jax.random.key(0), inference="yes")
     with pytest.raises(TypeError, match="key must be a JAX PRNG key"):
         model(x, key=1)
+
+
+def test_sharded_stack_draws_independent_masks_per_shard():
+    """jaxgru.sharded folds the shard index into the dropout key: identical rows on two shards
+    get different masks, and each shard equals the unsharded stack with its folded key."""
+    mesh = jax.make_mesh((2,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:2])
+    layers = [jaxgru.init_gru(jax.random.key(k), 3 if k == 0 else 4, 4) for k in range(2)]
+    x = jnp.broadcast_to(jax.random.normal(jax.random.key(9), (6, 1, 3)), (6, 2, 3))  # 2 equal rows
+    key = jax.random.key(3)
+    y, _ = jaxgru.sharded(jaxgru.gru_stack, mesh)(layers, x, dropout=0.5, key=key)
+    assert not np.allclose(np.asarray(y[:, :, 0]), np.asarray(y[:, :, 1]))  # one row per shard
+    for shard in range(2):
+        want, _ = jaxgru.gru_stack(layers, x[:, shard : shard + 1], dropout=0.5,
+                                   key=jax.random.fold_in(key, shard))
+        np.testing.assert_array_equal(np.asarray(y[:, :, shard : shard + 1]), np.asarray(want))

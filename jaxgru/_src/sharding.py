@@ -25,7 +25,9 @@ def sharded(op: Callable, mesh: Mesh, axis: str = "batch") -> Callable:
     mesh axis ``axis`` and replicates the weights; each device runs the layer on its shard,
     and the outputs come back sharded along their batch axis. Gradients of the replicated
     weights are summed over devices (the transpose of the replication), so ``jax.grad`` of a
-    loss of the outputs equals the single-device gradient.
+    loss of the outputs equals the single-device gradient. A stack's dropout ``key`` is folded
+    with the shard's index, so every shard draws its own masks (they differ from the masks of
+    the unsharded call with the same key).
 
     Args:
       op: ``jaxgru.gru``, ``jaxgru.lstm``, ``jaxgru.gru_stack`` or ``jaxgru.lstm_stack``.
@@ -88,7 +90,10 @@ def sharded(op: Callable, mesh: Mesh, axis: str = "batch") -> Callable:
         out_specs = tuple(partition(k, 4 if k == "y" else 3) for k in cell.outputs)
 
         def local(p: Any, xl: Any, arrs: Any) -> Any:
-            return op(p, xl, **arrs, **options)
+            local_options = dict(options)
+            if local_options.get("key") is not None:  # a stack's dropout key: one stream per shard
+                local_options["key"] = jax.random.fold_in(local_options["key"], jax.lax.axis_index(axis))
+            return op(p, xl, **arrs, **local_options)
 
         args = (params, xa, arrays)
         if mesh.axis_types[mesh.axis_names.index(axis)] == AxisType.Explicit:
