@@ -153,7 +153,11 @@ def main() -> None:
     host_cols = ("shape", "case", "host_overhead_ms", "total_ms", "wait_ms", "prepare_ms", "upload_ms",
                  "readback_ms", "bytes_uploaded", "dispatches")
     if args.host_path_only:
-        print(table(measure_host_path(args.repeats), host_cols))
+        rows = measure_host_path(args.repeats)
+        print(table(rows, host_cols))
+        if args.out != parser.get_default("out"):
+            pathlib.Path(args.out).write_text(json.dumps({"repeats": args.repeats, "host_path": rows}, indent=2))
+            print(f"wrote {args.out}")
         return
     timed = runtime.set_timestamps(True)
     results = []
