@@ -206,20 +206,26 @@ def _out(x: Any, cfg: RNNConfig, ensemble: int, kind: str, shape: Shape, dtype: 
     return x.update(shape=shape, dtype=dtype, weak_type=False, sharding=sharding)
 
 
+def forward_shapes(cfg: RNNConfig, fname: str, ops: Sequence[Any], *, ensemble: int, residuals: bool
+                   ) -> tuple[Shape, ...]:
+    """Validate a forward's operands; the shapes of (y, y_h[, y_c]) and, with ``residuals``, res."""
+    out_shapes = check_operands(cfg, fname, ops, ensemble=ensemble)
+    if not residuals:
+        return out_shapes
+    y = out_shapes[0]
+    lead = y[:1] if ensemble else ()
+    y = y[1:] if ensemble else y
+    length, batch = (y[0], y[2]) if cfg.layout == 0 else (y[1], y[0])
+    return (*out_shapes, lead + residual_shape(cfg, length, batch, y[-1]))
+
+
 def forward_abstract(*ops: Any, cfg: RNNConfig, ensemble: int, residuals: bool) -> list[Any]:
     """Avals of the forward's outputs: (y, y_h[, y_c]) and, with ``residuals``, res."""
-    out_shapes = check_operands(cfg, fname_of(cfg), ops, ensemble=ensemble)
+    out_shapes = forward_shapes(cfg, fname_of(cfg), ops, ensemble=ensemble, residuals=residuals)
     x = ops[0]
-    kinds = spec(cfg.cell).outputs
-    outs = [_out(x, cfg, ensemble, k, s, x.dtype) for k, s in zip(kinds, out_shapes)]
-    if residuals:
-        y = out_shapes[0]
-        lead = y[:1] if ensemble else ()
-        y = y[1:] if ensemble else y
-        length, batch = (y[0], y[2]) if cfg.layout == 0 else (y[1], y[0])
-        res = residual_shape(cfg, length, batch, y[-1])
-        outs.append(_out(x, cfg, ensemble, "res", lead + res, compute_dtype(x.dtype)))
-    return outs
+    kinds = (*spec(cfg.cell).outputs, "res")  # res only with residuals (zip stops first)
+    dtypes = [x.dtype] * len(spec(cfg.cell).outputs) + [compute_dtype(x.dtype)]
+    return [_out(x, cfg, ensemble, k, s, dt) for k, s, dt in zip(kinds, out_shapes, dtypes)]
 
 
 def _check_tail(cfg: RNNConfig, ops: Sequence[Any], ensemble: int, tail: Sequence[Any], what: str) -> None:

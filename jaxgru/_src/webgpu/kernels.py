@@ -60,7 +60,7 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
     """
     t0 = time.perf_counter()
     operands = [np.asarray(a) for a in operands]
-    shapes.check_operands(cfg, _FNAME, operands, ensemble=ensemble)
+    out_shapes = shapes.forward_shapes(cfg, _FNAME, operands, ensemble=ensemble, residuals=residuals)
     dtype = np.dtype(operands[0].dtype)
     if dtype == np.float64:
         raise NotImplementedError(
@@ -70,7 +70,9 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
         raise ValueError(f"{_FNAME}: variant must be one of {plan.VARIANTS}; got {variant!r}.")
     members = [operands] if not ensemble else [[a[e] for a in operands] for e in range(ensemble)]
     x0, r0 = members[0][0], members[0][2]
-    dests = list(out) if out is not None else _allocate(cfg, operands, ensemble, residuals)
+    # y and the states in the operands' dtype, res (if any) in float32
+    dtypes = [dtype] * len(spec(cfg.cell).outputs) + [np.dtype(np.float32)]
+    dests = list(out) if out is not None else [np.empty(s, dt) for s, dt in zip(out_shapes, dtypes)]
     if 0 in (x0.shape[0], x0.shape[1], r0.shape[-1]):  # no work: L, N or H is 0
         geo = plan.geometry(cfg, x0.shape, r0.shape[-1], residuals, 4)
         for e, m in enumerate(members):
@@ -94,18 +96,6 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
         attempts[-1].host_total_s = time.perf_counter() - t0
         COUNTERS.record(attempts[-1])
     return tuple(dests)
-
-
-def _allocate(cfg: RNNConfig, operands: Sequence[np.ndarray], ensemble: int, residuals: bool) -> list[np.ndarray]:
-    """Empty outputs (y, y_h[, y_c][, res]) of a call, ensemble axis included."""
-    outs = shapes.check_operands(cfg, _FNAME, operands, ensemble=ensemble)
-    dests = [np.empty(shape, operands[0].dtype) for shape in outs]
-    if residuals:
-        lead = outs[0][:1] if ensemble else ()
-        y = outs[0][1:] if ensemble else outs[0]
-        length, batch = (y[0], y[2]) if cfg.layout == 0 else (y[1], y[0])
-        dests.append(np.empty(lead + shapes.residual_shape(cfg, length, batch, y[-1]), np.float32))
-    return dests
 
 
 @dataclasses.dataclass
