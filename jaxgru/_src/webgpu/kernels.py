@@ -3,7 +3,7 @@
 One call = one command buffer with one compute pass, one ``queue.submit`` and one mapped
 read-back. Inside the pass, per job (ensemble member x batch chunk): the input projection
 (one dispatch), then the recurrence (persistent: one dispatch per segment of up to
-``PERSISTENT_SEGMENT_STEPS`` steps; stepwise: one dispatch per step, two for GRU lbr=0).
+``PERSISTENT_SEGMENT_STEPS`` steps; stepwise and tiled: one dispatch per step, two for GRU lbr=0).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
         ``ensemble`` when ``ensemble > 0``.
       residuals: also return ``res [D, L, N, K]`` (float32, processing order).
       ensemble: number of independent members (0: no ensemble axis).
-      variant: "auto", "persistent" or "stepwise" (see plan.py).
+      variant: "auto", "persistent", "stepwise" or "tiled" (see plan.py).
       out: writable arrays of the outputs' shapes and dtypes (XLA's output buffers, from the
         callback): the results are copied once, from the mapped read-back straight into them.
         None allocates them.
@@ -129,7 +129,7 @@ class _Call:
     def __init__(self, rt: runtime.Runtime, cfg: RNNConfig, geo: plan.Geometry, storage: str,
                  variant: str, stats: CallStats) -> None:
         self.rt, self.cfg, self.geo, self.storage = rt, cfg, geo, storage
-        limits = {name: rt.limit(name) for name in rt.limits}
+        limits = rt.plan_limits()
         self.plan = plan.make_plan(geo, limits, variant)
         self.stats = stats
         stats.variant = self.plan.variant
@@ -209,22 +209,27 @@ class _Call:
         if cell.peepholes:
             c["PEEPHOLES"] = int(cfg.peepholes)
         c["NB"] = self.plan.nb
+        tile = self.plan.tile
         if self.plan.variant == "persistent":
             bpw = self.plan.bpw
             c.update(PERSISTENT=1, BPW=bpw, WG_P=bpw // self.plan.nb * geo.H4, HS_LEN=2 * bpw * geo.H4)
+        elif tile is not None:
+            c.update(TR=tile.rows, TU=tile.units4, KS=tile.split, KT4=tile.kt4, WG_T=tile.invocations,
+                     TS_LEN=tile.shared_vec4s(geo.G))
         else:
             c["WG_STEP"] = plan.STEPWISE_WORKGROUP
         return c
 
     def _pipelines(self) -> tuple[wgpu.GPUComputePipeline, list[wgpu.GPUComputePipeline]]:
         """The projection pipeline and the recurrence pipelines of one step/segment, in order."""
-        geo, cell = self.geo, self.cfg.cell
+        geo = self.geo
         xproj = self.rt.pipeline("xproj", "xproj", self.storage, {
             "C4": geo.G * geo.H4, "LAYOUT": self.cfg.layout, "WG": plan.XPROJ_WORKGROUP,
         })
         entries = plan.recurrence_entries(self.cfg, self.plan.variant)
         consts = self._recurrence_constants()
-        return xproj, [self.rt.pipeline(cell, e, self.storage, consts) for e in entries]
+        kernel = plan.recurrence_kernel(self.cfg, self.plan.variant)
+        return xproj, [self.rt.pipeline(kernel, e, self.storage, consts) for e in entries]
 
     # ---- weights -----------------------------------------------------------------------
     def _weights(self, m: host.Member, preps: list[_Prep]) -> dict[str, tuple[wgpu.GPUBuffer, int]]:
@@ -280,6 +285,8 @@ class _Call:
         xgrid = plan.grid2d(-(-x_threads // plan.XPROJ_WORKGROUP), self.max_dim)
         if plan_.variant == "persistent":
             rgrid = (-(-n // plan_.bpw), geo.D)
+        elif plan_.tile is not None:
+            rgrid = plan.grid2d(plan_.tile.workgroups(geo, n), self.max_dim)
         else:
             threads = geo.D * -(-n // plan_.nb) * geo.H4
             rgrid = plan.grid2d(-(-threads // plan.STEPWISE_WORKGROUP), self.max_dim)

@@ -5,8 +5,18 @@ No device objects here: everything is a function of the call's shape and the dev
 Variant rule (``variant="auto"``): *persistent* when it fits (the H4 = ceil(H/4) invocations of
 one batch-row block fit in a workgroup and two copies of its h fit in workgroup memory) and the
 per-step work is small (``H <= PERSISTENT_MAX_HIDDEN`` and ``N·D·H <= PERSISTENT_MAX_STATE``);
-*stepwise* otherwise. The thresholds were set on lavapipe (software Vulkan, 2 cores) and must
-be re-tuned on a GPU.
+otherwise *tiled* when the stepwise dispatch has fewer workgroups than the device's target
+(``target-workgroups``: about two per compute unit, see :func:`target_workgroups`) and the tiled
+plan has more; *stepwise* otherwise. The persistent thresholds were set on lavapipe (software
+Vulkan, 2 cores) and must be re-tuned on a GPU, as must the tiled rule.
+
+Tiled plan (:func:`tiling`): a step's h·Rᵀ is a GEMM [N, H] x [H, G·H]; a workgroup owns ``TR``
+batch rows x ``TU`` vec4s of hidden units (all G gates of them, so the gate math stays local) of
+one direction, stages its rows of h through workgroup memory ``KT4`` vec4s of k at a time, and
+reads only its units' columns of R. ``KS`` invocations split each output's k sum (reduced in
+workgroup memory). Among the tilings the limits allow, the planner takes the one that reaches
+the target (or the most workgroups short of it) with the least L2 traffic per step
+(R read ceil(N/TR) times + h read ceil(H4/TU) times).
 """
 
 from __future__ import annotations
@@ -38,7 +48,20 @@ XPROJ_WORKGROUP = 64
 # Invocations per workgroup of the weight-layout (prep) kernels.
 PREP_WORKGROUP = 64
 
-VARIANTS = ("auto", "persistent", "stepwise")
+# Tiled: invocations per workgroup are chosen near this (two warps / one wavefront) ...
+TILED_TARGET_INVOCATIONS = 64
+# ... and at most this (the WebGPU default limit of invocations per workgroup).
+TILED_MAX_INVOCATIONS = 256
+# Largest batch rows per tiled workgroup, k-split factor, and vec4s of k per staged h tile.
+TILED_MAX_ROWS = 64
+TILED_MAX_SPLIT = 64
+TILED_KT4 = 8
+# Workgroups a dispatch should have to fill the device, by adapter type: ~2 per compute unit of
+# a large discrete GPU (an H200 has 132 SMs), ~2 per core of an integrated GPU or of a CPU
+# driver (lavapipe runs a workgroup per thread: os.cpu_count()).
+TARGET_WORKGROUPS = {"DiscreteGPU": 256, "IntegratedGPU": 64, "VirtualGPU": 64}
+
+VARIANTS = ("auto", "persistent", "stepwise", "tiled")
 # Storage buffers bound by the recurrence kernels (the WebGPU default limit is 8).
 STORAGE_BUFFERS = 8
 
@@ -49,6 +72,16 @@ _L_INVOC = "max-compute-invocations-per-workgroup"
 _L_SIZE_X = "max-compute-workgroup-size-x"
 _L_GRID = "max-compute-workgroups-per-dimension"
 _L_STORAGE = "max-storage-buffers-per-shader-stage"
+# Not a WebGPU limit: the planner's target number of workgroups per step dispatch, carried with
+# the limits (a field of LIMIT_PROFILES; for a device, target_workgroups(adapter type)).
+TARGET = "target-workgroups"
+
+
+def target_workgroups(adapter_type: str) -> int:
+    """The workgroups per dispatch that fill an adapter of ``adapter_type`` (TARGET_WORKGROUPS)."""
+    import os
+
+    return TARGET_WORKGROUPS.get(adapter_type, 2 * (os.cpu_count() or 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +167,7 @@ class Plan:
       bpw: batch rows per workgroup (persistent only, else 0).
       chunks: batch ranges [n0, n1) run as separate jobs (all in one command buffer).
       segments: steps ranges [t0, t1) of the persistent dispatches, or one per step.
+      tile: the tiled variant's :class:`Tiling` (else None).
     """
 
     variant: str
@@ -141,6 +175,82 @@ class Plan:
     bpw: int
     chunks: tuple[tuple[int, int], ...]
     segments: tuple[tuple[int, int], ...]
+    tile: Tiling | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiling:
+    """How the tiled step kernels split one step's work (see the module docstring).
+
+    Attributes:
+      rows: TR, batch rows per workgroup (a multiple of ``nb``).
+      units4: TU, vec4s of hidden units per workgroup.
+      nb: batch rows per invocation.
+      split: KS, invocations sharing one output's k sum.
+      kt4: vec4s of k per staged tile of h (a multiple of ``split``).
+      n: the batch rows it was planned for (the largest chunk).
+    """
+
+    rows: int
+    units4: int
+    nb: int
+    split: int
+    kt4: int
+    n: int
+
+    @property
+    def invocations(self) -> int:
+        return self.split * self.rows // self.nb * self.units4
+
+    def shared_vec4s(self, gates: int) -> int:
+        """Workgroup memory in vec4s: the staged h tile, or the split partials."""
+        return max(self.rows * self.kt4, self.split * self.rows * self.units4 * gates)
+
+    def workgroups(self, geo: Geometry, n: int | None = None) -> int:
+        """Workgroups of one step dispatch for ``n`` batch rows (default: those planned for)."""
+        n = self.n if n is None else n
+        return geo.D * -(-n // self.rows) * -(-geo.H4 // self.units4)
+
+    def traffic(self, geo: Geometry, phases: int) -> int:
+        """Bytes read from L2 per step by every workgroup: its slice of R and its rows of h."""
+        r_bytes = geo.weight_bytes()["rt"]
+        h_bytes = geo.D * self.n * geo.HP * 4
+        return -(-self.n // self.rows) * r_bytes + phases * -(-geo.H4 // self.units4) * h_bytes
+
+
+def _pow2(limit: int) -> list[int]:
+    """1, 2, 4, ... up to ``limit``."""
+    return [1 << i for i in range(max(1, limit).bit_length()) if 1 << i <= max(1, limit)]
+
+
+def tiling(geo: Geometry, limits: dict[str, int], n: int | None = None) -> Tiling | None:
+    """The tiled plan for ``n`` batch rows (default N), or None when no tiling fits the limits.
+
+    Reaches ``limits["target-workgroups"]`` workgroups per step dispatch where the shape allows
+    it (else the most it allows) with the least L2 traffic per step; ties go to invocations
+    nearest ``TILED_TARGET_INVOCATIONS``, fewer k splits, more rows per invocation.
+    """
+    n = geo.N if n is None else n
+    target = limits.get(TARGET, TARGET_WORKGROUPS["DiscreteGPU"])
+    max_inv = min(limits[_L_INVOC], limits[_L_SIZE_X], TILED_MAX_INVOCATIONS)
+    wg_vec4s = limits[_L_WGMEM] // 16
+    phases = 2 if geo.cell == "gru" else 1  # an upper bound of the h reads (GRU lbr=0)
+    best, best_key = None, None
+    for nb in _pow2(min(ROWS_PER_INVOCATION, n)):
+        for rows in [nb * r for r in _pow2(max(1, TILED_MAX_ROWS // nb))]:
+            if rows > max(nb, 2 * n - 1):  # beyond the batch (rounded up to a power of two)
+                continue
+            for units4 in _pow2(2 * geo.H4 - 1):
+                for split in _pow2(min(TILED_MAX_SPLIT, geo.H4)):
+                    t = Tiling(rows, units4, nb, split, max(TILED_KT4, split), n)
+                    if t.invocations > max_inv or t.shared_vec4s(geo.G) > wg_vec4s:
+                        continue
+                    inv = t.invocations
+                    key = (-min(t.workgroups(geo), target), t.traffic(geo, phases),
+                           abs(inv.bit_length() - TILED_TARGET_INVOCATIONS.bit_length()), split, -nb)
+                    if best_key is None or key < best_key:
+                        best, best_key = t, key
+    return best
 
 
 def rows_per_invocation(geo: Geometry, limits: dict[str, int] | None = None) -> int:
@@ -168,14 +278,32 @@ def persistent_rows(geo: Geometry, limits: dict[str, int], nb: int) -> int:
     return max(1, min(blocks, spread)) * nb
 
 
+def stepwise_workgroups(geo: Geometry, n: int, nb: int) -> int:
+    """Workgroups of one stepwise dispatch for ``n`` batch rows."""
+    return -(-(geo.D * -(-n // nb) * geo.H4) // STEPWISE_WORKGROUP)
+
+
 def choose_variant(geo: Geometry, limits: dict[str, int], variant: str) -> tuple[str, int, int]:
     """(variant, rows per invocation, rows per workgroup or 0) for a call.
 
     Raises:
-      ValueError: ``variant="persistent"`` where it cannot run, or an unknown variant.
+      ValueError: ``variant="persistent"`` or ``"tiled"`` where it cannot run, or an unknown
+        variant.
     """
     if variant not in VARIANTS:
         raise ValueError(f"jaxgru wgsl: variant must be one of {VARIANTS}; got {variant!r}.")
+    if variant in ("auto", "tiled"):
+        tile = tiling(geo, limits)
+        if variant == "tiled" and tile is None:
+            raise ValueError(
+                f"jaxgru wgsl: the tiled kernel cannot run hidden_size={geo.H}: no tiling fits "
+                f"{_L_WGMEM}={limits[_L_WGMEM]} and {_L_INVOC}={limits[_L_INVOC]}."
+            )
+        if variant == "tiled":
+            assert tile is not None
+            return "tiled", tile.nb, 0
+    else:
+        tile = None
     nb = rows_per_invocation(geo, limits)
     bpw = persistent_rows(geo, limits, nb)
     if variant == "persistent" and not bpw:
@@ -187,7 +315,13 @@ def choose_variant(geo: Geometry, limits: dict[str, int], variant: str) -> tuple
     small = geo.H <= PERSISTENT_MAX_HIDDEN and geo.N * geo.D * geo.H <= PERSISTENT_MAX_STATE
     if variant == "persistent" or (variant == "auto" and bpw and small):
         return "persistent", nb, bpw
-    return "stepwise", rows_per_invocation(geo), 0
+    nb = rows_per_invocation(geo)
+    if variant == "auto" and tile is not None:
+        stepwise = stepwise_workgroups(geo, geo.N, nb)
+        # the stepwise dispatch leaves the device underfilled and tiling fills more of it
+        if stepwise < limits.get(TARGET, TARGET_WORKGROUPS["DiscreteGPU"]) and tile.workgroups(geo) > stepwise:
+            return "tiled", tile.nb, 0
+    return "stepwise", nb, 0
 
 
 def grid2d(workgroups: int, max_dim: int) -> tuple[int, int]:
@@ -257,7 +391,12 @@ def make_plan(geo: Geometry, limits: dict[str, int], variant: str) -> Plan:
     chunks = tuple((n0, min(geo.N, n0 + size)) for n0 in range(0, geo.N, size))
     step = PERSISTENT_SEGMENT_STEPS if variant == "persistent" else 1
     segments = tuple((t0, min(geo.L, t0 + step)) for t0 in range(0, geo.L, step))
-    return Plan(variant, nb, bpw, chunks, segments)
+    tile = None
+    if variant == "tiled":  # planned for the largest chunk
+        tile = tiling(geo, limits, size)
+        assert tile is not None
+        nb = tile.nb
+    return Plan(variant, nb, bpw, chunks, segments, tile)
 
 
 # --------------------------------------------------------------------------------------
@@ -268,60 +407,82 @@ def make_plan(geo: Geometry, limits: dict[str, int], variant: str) -> Plan:
 LIMIT_PROFILES: dict[str, dict[str, int]] = {
     "discrete-gpu": {
         _L_BIND: 2_147_483_644, _L_BUFFER: 2_147_483_648, _L_WGMEM: 32_768, _L_INVOC: 1024, _L_SIZE_X: 1024,
-        _L_GRID: 65_535, _L_STORAGE: 10,
+        _L_GRID: 65_535, _L_STORAGE: 10, TARGET: TARGET_WORKGROUPS["DiscreteGPU"],
     },
     "webgpu-default": {  # the WebGPU spec's defaults: what a device gets without asking for more
         _L_BIND: 134_217_728, _L_BUFFER: 268_435_456, _L_WGMEM: 16_384, _L_INVOC: 256, _L_SIZE_X: 256,
-        _L_GRID: 65_535, _L_STORAGE: 8,
+        _L_GRID: 65_535, _L_STORAGE: 8, TARGET: TARGET_WORKGROUPS["IntegratedGPU"],
     },
 }
 
 
 def recurrence_entries(cfg: RNNConfig, variant: str) -> list[str]:
-    """The recurrence's entry points of one step (stepwise) or segment (persistent), in order."""
+    """The recurrence's entry points of one step (stepwise, tiled) or segment (persistent), in order."""
     if variant == "persistent":
         return [f"{cfg.cell}_persistent"]
+    tiled = "_tiled" if variant == "tiled" else ""
     if cfg.cell == "gru" and not cfg.linear_before_reset:
-        return ["gru_gates_zr", "gru_step"]  # r ⊙ h needs all of r before the h-gate
-    return [f"{cfg.cell}_step"]
+        return [f"gru{tiled}_gates_zr", f"gru{tiled}_step"]  # r ⊙ h needs all of r before the h-gate
+    return [f"{cfg.cell}{tiled}_step"]
+
+
+def recurrence_kernel(cfg: RNNConfig, variant: str) -> str:
+    """The .wgsl file of a variant's recurrence kernels."""
+    return f"{cfg.cell}_tiled" if variant == "tiled" else cfg.cell
 
 
 def describe(cfg: RNNConfig, geo: Geometry, limits: dict[str, int], variant: str = "auto") -> dict[str, object]:
     """What the planner chooses for one member of a call, in figures.
 
     Returns:
-      ``variant``, ``rows_per_invocation``, ``rows_per_workgroup`` (persistent), ``chunks``,
+      ``variant``, ``rows_per_invocation``, ``rows_per_workgroup`` (persistent, tiled),
+      ``units_per_workgroup`` and ``k_split`` (tiled, else 0), ``chunks``,
       ``dispatches`` (per call: 4 prep + per chunk the projection and the recurrence),
       ``recurrence_dispatches_per_step`` (0 for persistent: one dispatch runs many steps),
       ``workgroups_per_step_dispatch`` and ``invocations_per_workgroup`` of the recurrence,
-      ``r_bytes`` (the device copy of R) and ``r_bytes_read_per_step`` (every block of rows reads
-      all of R's columns of its direction each step).
+      ``target_workgroups``, ``r_bytes`` (the device copy of R) and ``r_bytes_read_per_step``
+      (every workgroup reads its slice of R: all of it per block of rows for stepwise and
+      persistent, per block of TR rows for tiled).
     """
     p = make_plan(geo, limits, variant)
     n = max(hi - lo for lo, hi in p.chunks) if p.chunks else 0
     phases = len(recurrence_entries(cfg, p.variant))
+    r_bytes = geo.weight_bytes()["rt"]
+    rows, units, split = p.bpw, 0, 0
     if p.variant == "persistent":
         workgroups = -(-n // p.bpw) * geo.D
         invocations = p.bpw // p.nb * geo.H4
         recur = len(p.segments)
         per_step = 0
+        blocks = sum(-(-(hi - lo) // p.nb) for lo, hi in p.chunks)
+    elif p.variant == "tiled":
+        assert p.tile is not None
+        workgroups = p.tile.workgroups(geo)
+        invocations = p.tile.invocations
+        rows, units, split = p.tile.rows, 4 * p.tile.units4, p.tile.split
+        recur = geo.L * phases
+        per_step = phases
+        blocks = sum(-(-(hi - lo) // p.tile.rows) for lo, hi in p.chunks)
     else:
-        workgroups = -(-(geo.D * -(-n // p.nb) * geo.H4) // STEPWISE_WORKGROUP)
+        workgroups = stepwise_workgroups(geo, n, p.nb)
         invocations = STEPWISE_WORKGROUP
         recur = geo.L * phases
         per_step = phases
-    r_bytes = geo.weight_bytes()["rt"]
+        blocks = sum(-(-(hi - lo) // p.nb) for lo, hi in p.chunks)
     return {
         "variant": p.variant,
         "rows_per_invocation": p.nb,
-        "rows_per_workgroup": p.bpw,
+        "rows_per_workgroup": rows,
+        "units_per_workgroup": units,
+        "k_split": split,
         "chunks": len(p.chunks),
         "dispatches": 4 + len(p.chunks) * (1 + recur),
         "recurrence_dispatches_per_step": per_step,
         "workgroups_per_step_dispatch": workgroups,
         "invocations_per_workgroup": invocations,
+        "target_workgroups": limits.get(TARGET, TARGET_WORKGROUPS["DiscreteGPU"]),
         "r_bytes": r_bytes,
-        "r_bytes_read_per_step": sum(-(-(hi - lo) // p.nb) for lo, hi in p.chunks) * r_bytes,
+        "r_bytes_read_per_step": blocks * r_bytes,
     }
 
 
@@ -339,9 +500,10 @@ def plan_for(cell: str, *, seq_length: int, batch: int, input_size: int, hidden_
       num_directions: 1, or 2 for a bidirectional layer.
       linear_before_reset: GRU only (lbr=0 takes two dispatches per step).
       storage: "f32" or "f16", the device element type of x, weights and outputs.
-      variant: "auto", "persistent" or "stepwise".
+      variant: "auto", "persistent", "stepwise" or "tiled".
       limits: a profile of ``LIMIT_PROFILES`` ("discrete-gpu", "webgpu-default"), "device" for
-        the current adapter's (creates the device), or a dict of limits (hyphenated names).
+        the current adapter's (creates the device), or a dict of limits (hyphenated names; the
+        planner's ``"target-workgroups"`` among them, default that of a discrete GPU).
 
     Returns:
       The figures of :func:`describe`.
@@ -353,7 +515,7 @@ def plan_for(cell: str, *, seq_length: int, batch: int, input_size: int, hidden_
       >>> import jaxgru.webgpu
       >>> p = jaxgru.webgpu.plan_for("gru", seq_length=128, batch=64, input_size=512, hidden_size=512)
       >>> p["variant"], p["workgroups_per_step_dispatch"]
-      ('stepwise', 32)
+      ('tiled', 256)
     """
     from jaxgru._src.options import make_config
 
@@ -364,7 +526,7 @@ def plan_for(cell: str, *, seq_length: int, batch: int, input_size: int, hidden_
             from jaxgru._src.webgpu import runtime
 
             rt = runtime.runtime()
-            limits = {name: rt.limit(name) for name in rt.limits}
+            limits = rt.plan_limits()
         elif limits in LIMIT_PROFILES:
             limits = LIMIT_PROFILES[limits]
         else:

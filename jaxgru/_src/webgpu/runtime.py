@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import wgpu
 
-from jaxgru._src.webgpu import shaders
+from jaxgru._src.webgpu import plan, shaders
 from jaxgru._src.webgpu.caches import BufferPool, DeviceCache
 
 T = TypeVar("T")
@@ -236,6 +236,14 @@ class Runtime:
         """The device limit ``name`` (hyphenated WebGPU spelling), lowered by any override."""
         value = self.limits[name]
         return min(value, _LIMIT_OVERRIDES.get(name, value))
+
+    def plan_limits(self) -> dict[str, int]:
+        """The limits the planner sees: every device limit (lowered by any override) and the
+        target workgroups per dispatch of this adapter type (``plan.target_workgroups``)."""
+        limits = {name: self.limit(name) for name in self.limits}
+        target = plan.target_workgroups(self.adapter_info.get("adapter_type", ""))
+        limits[plan.TARGET] = min(target, _LIMIT_OVERRIDES.get(plan.TARGET, target))
+        return limits
 
     def layout(self, family: str) -> tuple[wgpu.GPUBindGroupLayout, wgpu.GPUPipelineLayout]:
         """Bind-group and pipeline layouts of a kernel family, from ``shaders.BINDINGS``."""

@@ -21,7 +21,14 @@ BINDINGS: dict[str, dict[int, str]] = {
 }
 
 # kernel file -> its binding family
-FAMILY = {"xproj": "xproj", "gru": "recurrence", "lstm": "recurrence", "prep_t": "prep", "prep_bias": "prep"}
+FAMILY = {
+    "xproj": "xproj", "gru": "recurrence", "lstm": "recurrence", "gru_tiled": "recurrence",
+    "lstm_tiled": "recurrence", "prep_t": "prep", "prep_bias": "prep",
+}
+# Tiled kernel file -> the files its module is assembled from after the recurrence prelude (the
+# cell's per-row math first, then the tiles).
+TILED = {"gru_tiled": ("gru", "recurrence_tiled", "gru_tiled"),
+         "lstm_tiled": ("lstm", "recurrence_tiled", "lstm_tiled")}
 
 
 def wgsl_dir() -> pathlib.Path:
@@ -62,7 +69,7 @@ def source(kernel: str, storage: str) -> str:
     """The full WGSL module text of a kernel file for a storage type.
 
     Args:
-      kernel: "xproj", "gru", "lstm", "prep_t" or "prep_bias".
+      kernel: a key of ``FAMILY``.
       storage: "f32" or "f16" (the element type ``ST`` of x, weights and outputs).
 
     Returns:
@@ -73,4 +80,5 @@ def source(kernel: str, storage: str) -> str:
         return header + _read(kernel)
     if FAMILY[kernel] == "prep":
         return header + _read("prep") + _read(kernel)
-    return header + _read("recurrence_common") + activation_switch() + _read(kernel)
+    parts = TILED.get(kernel, (kernel,))
+    return header + _read("recurrence_common") + activation_switch() + "".join(_read(p) for p in parts)
