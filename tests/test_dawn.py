@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 import numpy as np
 import pytest
 import wgsl_support
-from test_webgpu_kernels import BOTH, CELLS, SIG, TANH, make_cfg, make_operands
+from test_webgpu_kernels import CELLS, SIG, TANH, TILINGS, VARIANTS, make_cfg, make_operands
 
 from jaxgru._src.activations import NAMES, Activation
 from jaxgru._src.options import RNNConfig
@@ -70,6 +70,7 @@ class Case:
     f16: bool = False
     replay: bool = False  # recorded on a fresh device and replayed on Dawn (float32 only)
     segment_steps: int | None = None  # plan.PERSISTENT_SEGMENT_STEPS for this call
+    tiling: tuple[int, ...] | None = None  # a forced plan.Tiling (variant "tiled")
 
 
 def matrix(f16: bool) -> list[Case]:
@@ -80,10 +81,10 @@ def matrix(f16: bool) -> list[Case]:
         for direction in DIRECTIONS:
             for layout in (0, 1):
                 cfg = make_cfg(cell, direction, layout=layout, ragged=True, **opts)
-                for variant in BOTH:
+                for variant in VARIANTS:
                     add(f"{kind}-{direction}-layout{layout}-{variant}", cfg,
                         {"lens": RAGGED, "seed": layout}, variant)
-        for variant in BOTH:  # residuals off
+        for variant in VARIANTS:  # residuals off
             add(f"{kind}-nores-{variant}", make_cfg(cell, "bidirectional", **opts), {}, variant, False)
         for residuals in (False, True):
             add(f"{kind}-clip-res{int(residuals)}", make_cfg(cell, "bidirectional", clip=0.25, **opts),
@@ -92,12 +93,12 @@ def matrix(f16: bool) -> list[Case]:
         for direction in ("forward", "bidirectional"):
             for residuals in (False, True):
                 add(f"{cell}-{direction}-res{int(residuals)}", make_cfg(cell, direction), {}, "auto", residuals)
-        for variant in BOTH:
+        for variant in VARIANTS:
             add(f"{cell}-H16-layout1-{variant}", make_cfg(cell, layout=1), {"L": 6, "N": 9, "H": 16}, variant)
     for peepholes in (False, True):  # test_lstm_options, both variants
         for input_forget in (False, True):
             cfg = make_cfg("lstm", "reverse", peepholes=peepholes, input_forget=input_forget, ragged=True)
-            for variant in BOTH:
+            for variant in VARIANTS:
                 add(f"lstm-peep{int(peepholes)}-if{int(input_forget)}-{variant}", cfg,
                     {"lens": [2, 5, 0, 4]}, variant)
     for name in NAMES:  # test_activation: each activation (alpha/beta) as f, g and h
@@ -112,13 +113,18 @@ def matrix(f16: bool) -> list[Case]:
         cell, opts = CELLS[kind]
         cfg = make_cfg(cell, "bidirectional", layout=shape[0] % 2, ragged=True, **opts)
         L, N, I, H = shape
-        for variant in BOTH:
+        for variant in VARIANTS:
             add(f"{kind}-odd{L}x{N}x{I}x{H}-{variant}", cfg,
                 {"L": L, "N": N, "I": I, "H": H, "lens": list(np.arange(N) % (L + 1))}, variant)
-    if f16:  # float16 storage (test_float16), both variants
+    for i, tile in enumerate(TILINGS):  # test_tilings
+        kind = list(CELLS)[i % len(CELLS)]
+        cell, opts = CELLS[kind]
+        add(f"{kind}-tiling{'x'.join(map(str, tile))}", make_cfg(cell, "bidirectional", layout=i % 2, ragged=True,
+            **opts), {"L": 4, "N": 7, "H": 37, "lens": [4, 0, 3, 1, 2, 4, 4]}, "tiled", tiling=tile)
+    if f16:  # float16 storage (test_float16), every variant
         for kind, (cell, opts) in CELLS.items():
             cfg = make_cfg(cell, "bidirectional", ragged=True, layout=1, **opts)
-            for variant in BOTH:
+            for variant in VARIANTS:
                 add(f"f16-{kind}-{variant}", cfg, {"lens": [5, 2, 0, 4]}, variant, f16=True)
     # replayed on Dawn's OpenGL ES backend, read-back bytes compared with wgpu's
     rep = lambda *a, **k: add(*a, replay=True, **k)
@@ -140,8 +146,13 @@ def matrix(f16: bool) -> list[Case]:
         ((a("Affine"), a("LeakyRelu"), a("ThresholdedRelu")), (a("ScaledTanh"), a("Elu"), a("Softplus"))),
         ((a("HardSigmoid"), a("Softsign"), a("Relu")), (a("Sigmoid"), a("Tanh"), a("Elu"))),
     )):
-        rep(f"replay-lstm-activations{i}-{BOTH[i]}", make_cfg("lstm", "bidirectional", acts=acts, ragged=True),
-            {"lens": RAGGED, "seed": i}, BOTH[i], bool(i))
+        rep(f"replay-lstm-activations{i}-{VARIANTS[i]}", make_cfg("lstm", "bidirectional", acts=acts, ragged=True),
+            {"lens": RAGGED, "seed": i}, VARIANTS[i], bool(i))
+    rep("replay-lstm-tiled-split-bidirectional-ragged",
+        make_cfg("lstm", "bidirectional", ragged=True, peepholes=True), {"L": 4, "N": 7, "H": 37,
+        "lens": [4, 0, 3, 1, 2, 4, 4]}, "tiled", tiling=TILINGS[1])
+    rep("replay-gru-tiled-layout1", make_cfg("gru", "bidirectional", layout=1, ragged=True), {"lens": RAGGED},
+        "tiled", tiling=TILINGS[2])
     rep("replay-gru_lbr-odd-stepwise-layout1",
         make_cfg("gru", "bidirectional", layout=1, ragged=True, linear_before_reset=True),
         {"L": 7, "N": 3, "I": 5, "H": 13, "lens": [7, 0, 4]}, "stepwise")
@@ -340,6 +351,9 @@ def collect(path: pathlib.Path) -> dict:
             with contextlib.ExitStack() as stack:
                 if case.segment_steps:
                     stack.enter_context(_setattr(plan, "PERSISTENT_SEGMENT_STEPS", case.segment_steps))
+                if case.tiling:
+                    forced = lambda geo, limits, n=None, t=case.tiling: plan.Tiling(*t, geo.N if n is None else n)
+                    stack.enter_context(_setattr(plan, "tiling", forced))
                 events: list[dict] = []
                 if case.replay:
                     stack.enter_context(rec.replay(events))

@@ -23,7 +23,11 @@ CELLS = {  # name -> (cell, extra options)
     "gru_lbr": ("gru", {"linear_before_reset": True}),
     "lstm": ("lstm", {"peepholes": True}),
 }
-BOTH = ("persistent", "stepwise")
+VARIANTS = ("persistent", "stepwise", "tiled")
+# Tilings (TR rows, TU unit vec4s, NB rows per invocation, KS k splits, KT4 k vec4s per staged
+# tile) that reach every path of recurrence_tiled.wgsl at H = 37 (H4 = 10, several k tiles and a
+# partial last one; unit and row tiles past the end; spare workgroups; k-split reduction).
+TILINGS = [(1, 1, 1, 1, 1), (4, 2, 2, 4, 4), (2, 1, 1, 8, 8), (8, 4, 4, 2, 2), (16, 8, 2, 1, 8)]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -106,7 +110,7 @@ def test_matches_reference(kind, direction, layout):
     cell, opts = CELLS[kind]
     cfg = make_cfg(cell, direction, layout=layout, ragged=True, **opts)
     ops = make_operands(cfg, lens=[5, 0, 3, 1], seed=layout)
-    for variant in BOTH:
+    for variant in VARIANTS:
         check(cfg, ops, variant=variant)
         assert last()["variant"] == variant
 
@@ -144,7 +148,7 @@ def test_lstm_options(peepholes, input_forget):
     check(cfg, make_operands(cfg, lens=[2, 5, 0, 4]))
 
 
-@pytest.mark.parametrize("variant", BOTH)
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize(("kind", "shape"), [
     ("gru", (1, 1, 1, 1)),
     ("lstm", (1, 1, 1, 1)),
@@ -157,6 +161,20 @@ def test_odd_shapes(kind, shape, variant):
     L, N = shape[:2]
     lens = np.arange(N) % (L + 1)
     check(cfg, make_operands(cfg, *shape, lens=lens), variant=variant)
+
+
+@pytest.mark.parametrize("tile", TILINGS)
+def test_tilings(tile, monkeypatch):
+    """Each forced tiling against the reference, for the three kernels of its row."""
+    monkeypatch.setattr(plan, "tiling", lambda geo, limits, n=None: plan.Tiling(*tile, geo.N if n is None else n))
+    kind = list(CELLS)[TILINGS.index(tile) % len(CELLS)]
+    cell, opts = CELLS[kind]
+    cfg = make_cfg(cell, "bidirectional", layout=TILINGS.index(tile) % 2, ragged=True, **opts)
+    check(cfg, make_operands(cfg, L=4, N=7, H=37, lens=[4, 0, 3, 1, 2, 4, 4]), variant="tiled")
+    geo = plan.geometry(cfg, (4, 7, 3), 37, False, 4)
+    assert last()["variant"] == "tiled"
+    assert last()["dispatches"] == PREP + 1 + 4 * len(plan.recurrence_entries(cfg, "tiled"))
+    assert plan.Tiling(*tile, 7).workgroups(geo) == 2 * -(-7 // tile[0]) * -(-10 // tile[1])
 
 
 def test_empty_sequence():
@@ -191,7 +209,8 @@ def test_float16(kind):
     cell, opts = CELLS[kind]
     cfg = make_cfg(cell, "bidirectional", ragged=True, layout=1, **opts)
     ops = _cast(make_operands(cfg, lens=[5, 2, 0, 4]), np.float16)
-    check(cfg, ops, atol=2e-3, rtol=2e-3)
+    for variant in ("auto", "tiled"):
+        check(cfg, ops, atol=2e-3, rtol=2e-3, variant=variant)
 
 
 def test_float16_without_shader_f16(monkeypatch):
@@ -215,7 +234,7 @@ def test_float64_is_refused():
 # --------------------------------------------------------------------------------------
 # ensembles, chunks, limits, variants
 # --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("variant", BOTH)
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_ensemble(variant):
     cfg = make_cfg("lstm", "bidirectional", ragged=True, peepholes=True)
     members = [make_operands(cfg, lens=[5, 1, 0, 3], seed=s) for s in range(3)]
@@ -226,7 +245,7 @@ def test_ensemble(variant):
         assert_close(cfg, ops, [g[e] for g in got], ref_forward(cfg, ops, True), residuals=True)
 
 
-@pytest.mark.parametrize("variant", BOTH)
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_chunks_over_the_batch(variant):
     cfg = make_cfg("gru", "bidirectional", layout=0, ragged=True)
     ops = make_operands(cfg, N=7, lens=[5, 4, 0, 2, 5, 1, 3])
@@ -235,8 +254,7 @@ def test_chunks_over_the_batch(variant):
     with runtime.limit_override(max_storage_buffer_binding_size=limit):
         check(cfg, ops, variant=variant)
         assert last()["submits"] == 1
-        limits = {k: runtime.runtime().limit(k) for k in runtime.runtime().limits}
-        chunks = plan.make_plan(geo, limits, variant).chunks
+        chunks = plan.make_plan(geo, runtime.runtime().plan_limits(), variant).chunks
     assert len(chunks) == 4 and chunks[0] == (0, 2) and chunks[-1][1] == 7
 
 
@@ -244,8 +262,8 @@ def test_workgroups_per_dimension_limit():
     cfg = make_cfg("lstm", "forward", layout=1)
     ops = make_operands(cfg, L=6, N=9, H=16)
     with runtime.limit_override(max_compute_workgroups_per_dimension=2):  # 2-D grids, chunks
-        check(cfg, ops, variant="persistent")
-        check(cfg, ops, variant="stepwise")
+        for variant in VARIANTS:
+            check(cfg, ops, variant=variant)
 
 
 def test_a_row_beyond_the_limit_is_refused():
@@ -274,13 +292,27 @@ def test_persistent_segments(monkeypatch):
 
 def test_variant_rule():
     cfg = make_cfg("gru")
-    limits = dict(runtime.runtime().limits)
+    limits = runtime.runtime().plan_limits()
     small = plan.geometry(cfg, (10, 2, 3), 32, False, 4)
     large = plan.geometry(cfg, (10, 2, 3), plan.PERSISTENT_MAX_HIDDEN + 4, False, 4)
     assert plan.choose_variant(small, limits, "auto")[0] == "persistent"
-    assert plan.choose_variant(large, limits, "auto")[0] == "stepwise"
+    # the target of the adapter's type: a CPU driver (lavapipe) gets 1, so auto keeps stepwise
+    target = plan.target_workgroups(runtime.runtime().adapter_info["adapter_type"])
+    assert limits[plan.TARGET] == target
+    assert plan.choose_variant(large, limits, "auto")[0] == ("stepwise" if target == 1 else "tiled")
+    assert plan.choose_variant(large, {**limits, plan.TARGET: 64}, "auto")[0] == "tiled"
     with pytest.raises(ValueError, match="variant"):
         plan.choose_variant(small, limits, "fast")
+
+
+def test_tiled_needs_workgroup_memory():
+    cfg = make_cfg("lstm", "forward")
+    ops = make_operands(cfg)
+    with runtime.limit_override(max_compute_workgroup_storage_size=16):  # not even one vec4 per gate
+        with pytest.raises(ValueError, match="tiled kernel cannot run"):
+            kernels.forward(cfg, ops, residuals=False, variant="tiled")
+        check(cfg, ops)  # auto falls back to stepwise
+        assert last()["variant"] == "stepwise"
 
 
 # --------------------------------------------------------------------------------------

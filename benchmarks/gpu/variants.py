@@ -1,5 +1,5 @@
-"""Persistent vs stepwise recurrence on the adapter at hand: which variant wins per shape, and the
-``plan.PERSISTENT_MAX_HIDDEN`` / ``PERSISTENT_MAX_STATE`` thresholds those timings would set.
+"""Persistent vs stepwise vs tiled recurrence on the adapter at hand: which variant wins per shape,
+and the ``plan.PERSISTENT_MAX_HIDDEN`` / ``PERSISTENT_MAX_STATE`` thresholds those timings would set.
 
     python benchmarks/gpu/variants.py [--quick] [--repeats 5] [--out benchmarks/results/gpu_variants.json]
 
@@ -32,7 +32,7 @@ def time_variants(cell: str, L: int, N: int, H: int, repeats: int) -> dict[str, 
     """Median seconds per call of each variant that can run the shape (interleaved)."""
     cfg, ops = operands(cell, 1, L, N, H, H)
     runnable = []
-    for variant in ("persistent", "stepwise"):
+    for variant in ("persistent", "stepwise", "tiled"):
         try:
             kernels.forward(cfg, ops, residuals=False, variant=variant)  # pipelines
             runnable.append(variant)

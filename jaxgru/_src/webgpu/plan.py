@@ -57,9 +57,12 @@ TILED_MAX_ROWS = 64
 TILED_MAX_SPLIT = 64
 TILED_KT4 = 8
 # Workgroups a dispatch should have to fill the device, by adapter type: ~2 per compute unit of
-# a large discrete GPU (an H200 has 132 SMs), ~2 per core of an integrated GPU or of a CPU
-# driver (lavapipe runs a workgroup per thread: os.cpu_count()).
-TARGET_WORKGROUPS = {"DiscreteGPU": 256, "IntegratedGPU": 64, "VirtualGPU": 64}
+# a large discrete GPU (an H200 has 132 SMs), fewer for integrated and virtual GPUs. A CPU
+# driver (lavapipe: one workgroup per thread, barriers costly) gets 1, so that auto never picks
+# tiled there: on lavapipe (2 cores) tiled was 1.1-2.3x slower than stepwise at every shape
+# measured (docs/wgsl.md). Unknown types: TARGET_WORKGROUPS_OTHER.
+TARGET_WORKGROUPS = {"DiscreteGPU": 256, "IntegratedGPU": 64, "VirtualGPU": 64, "CPU": 1}
+TARGET_WORKGROUPS_OTHER = 64
 
 VARIANTS = ("auto", "persistent", "stepwise", "tiled")
 # Storage buffers bound by the recurrence kernels (the WebGPU default limit is 8).
@@ -77,11 +80,14 @@ _L_STORAGE = "max-storage-buffers-per-shader-stage"
 TARGET = "target-workgroups"
 
 
+def target_of(limits: dict[str, int]) -> int:
+    """The target workgroups carried with ``limits`` (a discrete GPU's when absent)."""
+    return limits.get(TARGET, TARGET_WORKGROUPS["DiscreteGPU"])
+
+
 def target_workgroups(adapter_type: str) -> int:
     """The workgroups per dispatch that fill an adapter of ``adapter_type`` (TARGET_WORKGROUPS)."""
-    import os
-
-    return TARGET_WORKGROUPS.get(adapter_type, 2 * (os.cpu_count() or 1))
+    return TARGET_WORKGROUPS.get(adapter_type, TARGET_WORKGROUPS_OTHER)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,7 +237,7 @@ def tiling(geo: Geometry, limits: dict[str, int], n: int | None = None) -> Tilin
     nearest ``TILED_TARGET_INVOCATIONS``, fewer k splits, more rows per invocation.
     """
     n = geo.N if n is None else n
-    target = limits.get(TARGET, TARGET_WORKGROUPS["DiscreteGPU"])
+    target = target_of(limits)
     max_inv = min(limits[_L_INVOC], limits[_L_SIZE_X], TILED_MAX_INVOCATIONS)
     wg_vec4s = limits[_L_WGMEM] // 16
     phases = 2 if geo.cell == "gru" else 1  # an upper bound of the h reads (GRU lbr=0)
@@ -319,7 +325,7 @@ def choose_variant(geo: Geometry, limits: dict[str, int], variant: str) -> tuple
     if variant == "auto" and tile is not None:
         stepwise = stepwise_workgroups(geo, geo.N, nb)
         # the stepwise dispatch leaves the device underfilled and tiling fills more of it
-        if stepwise < limits.get(TARGET, TARGET_WORKGROUPS["DiscreteGPU"]) and tile.workgroups(geo) > stepwise:
+        if stepwise < target_of(limits) and tile.workgroups(geo) > stepwise:
             return "tiled", tile.nb, 0
     return "stepwise", nb, 0
 
@@ -480,7 +486,7 @@ def describe(cfg: RNNConfig, geo: Geometry, limits: dict[str, int], variant: str
         "recurrence_dispatches_per_step": per_step,
         "workgroups_per_step_dispatch": workgroups,
         "invocations_per_workgroup": invocations,
-        "target_workgroups": limits.get(TARGET, TARGET_WORKGROUPS["DiscreteGPU"]),
+        "target_workgroups": target_of(limits),
         "r_bytes": r_bytes,
         "r_bytes_read_per_step": blocks * r_bytes,
     }
