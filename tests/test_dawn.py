@@ -71,6 +71,7 @@ class Case:
     replay: bool = False  # recorded on a fresh device and replayed on Dawn (float32 only)
     segment_steps: int | None = None  # plan.PERSISTENT_SEGMENT_STEPS for this call
     tiling: tuple[int, ...] | None = None  # a forced plan.Tiling (variant "tiled")
+    xproj_tiled: bool = False  # the tiled input projection (lavapipe's plan keeps xproj)
 
 
 def matrix(f16: bool) -> list[Case]:
@@ -121,11 +122,17 @@ def matrix(f16: bool) -> list[Case]:
         cell, opts = CELLS[kind]
         add(f"{kind}-tiling{'x'.join(map(str, tile))}", make_cfg(cell, "bidirectional", layout=i % 2, ragged=True,
             **opts), {"L": 4, "N": 7, "H": 37, "lens": [4, 0, 3, 1, 2, 4, 4]}, "tiled", tiling=tile)
+    for kind, layout in (("gru", 0), ("lstm", 1)):  # test_tiled_projection
+        cell, opts = CELLS[kind]
+        add(f"{kind}-xproj_tiled-layout{layout}", make_cfg(cell, "bidirectional", layout=layout, **opts),
+            {"L": 5, "N": 13, "I": 19, "H": 21}, "stepwise", xproj_tiled=True)
     if f16:  # float16 storage (test_float16), every variant
         for kind, (cell, opts) in CELLS.items():
             cfg = make_cfg(cell, "bidirectional", ragged=True, layout=1, **opts)
             for variant in VARIANTS:
                 add(f"f16-{kind}-{variant}", cfg, {"lens": [5, 2, 0, 4]}, variant, f16=True)
+        add("f16-gru_lbr-xproj_tiled", make_cfg("gru", "bidirectional", layout=1, linear_before_reset=True),
+            {"L": 5, "N": 13, "I": 19, "H": 21}, "stepwise", f16=True, xproj_tiled=True)
     # replayed on Dawn's OpenGL ES backend, read-back bytes compared with wgpu's
     rep = lambda *a, **k: add(*a, replay=True, **k)
     rep("replay-gru-stepwise-bidirectional-ragged",
@@ -153,6 +160,8 @@ def matrix(f16: bool) -> list[Case]:
         "lens": [4, 0, 3, 1, 2, 4, 4]}, "tiled", tiling=TILINGS[1])
     rep("replay-gru-tiled-layout1", make_cfg("gru", "bidirectional", layout=1, ragged=True), {"lens": RAGGED},
         "tiled", tiling=TILINGS[2])
+    rep("replay-lstm-xproj_tiled-tiled-layout1", make_cfg("lstm", "bidirectional", layout=1, peepholes=True),
+        {"L": 5, "N": 13, "I": 19, "H": 21}, "tiled", xproj_tiled=True)
     rep("replay-gru_lbr-odd-stepwise-layout1",
         make_cfg("gru", "bidirectional", layout=1, ragged=True, linear_before_reset=True),
         {"L": 7, "N": 3, "I": 5, "H": 13, "lens": [7, 0, 4]}, "stepwise")
@@ -351,6 +360,8 @@ def collect(path: pathlib.Path) -> dict:
             with contextlib.ExitStack() as stack:
                 if case.segment_steps:
                     stack.enter_context(_setattr(plan, "PERSISTENT_SEGMENT_STEPS", case.segment_steps))
+                if case.xproj_tiled:
+                    stack.enter_context(_setattr(plan, "XPROJ_TILED_MIN_TARGET", 0))
                 if case.tiling:
                     forced = lambda geo, limits, n=None, t=case.tiling: plan.Tiling(*t, geo.N if n is None else n)
                     stack.enter_context(_setattr(plan, "tiling", forced))

@@ -177,6 +177,22 @@ def test_tilings(tile, monkeypatch):
     assert plan.Tiling(*tile, 7).workgroups(geo) == 2 * -(-7 // tile[0]) * -(-10 // tile[1])
 
 
+@pytest.mark.parametrize(("kind", "layout", "storage"), [("gru", 0, "f32"), ("lstm", 1, "f32"), ("gru_lbr", 1, "f16")])
+def test_tiled_projection(kind, layout, storage, monkeypatch):
+    """xproj_tiled (forced: lavapipe's target keeps the register-blocked xproj) with partial row,
+    column and k tiles (M = 65 rows, 18 or 24 vec4 columns, I = 19)."""
+    if storage == "f16" and not runtime.runtime().has_f16:
+        pytest.skip("the adapter has no shader-f16")
+    monkeypatch.setattr(plan, "XPROJ_TILED_MIN_TARGET", 0)
+    cell, opts = CELLS[kind]
+    cfg = make_cfg(cell, "bidirectional", layout=layout, **opts)
+    ops = make_operands(cfg, L=5, N=13, I=19, H=21, dtype=np.float16 if storage == "f16" else np.float32)
+    tol = {"atol": 2e-3, "rtol": 2e-3} if storage == "f16" else {}
+    check(cfg, ops, variant="stepwise", **tol)
+    geo = plan.geometry(cfg, ops[0].shape, 21, True, 4)
+    assert plan.make_plan(geo, runtime.runtime().plan_limits(), "stepwise").xproj == "xproj_tiled"
+
+
 def test_empty_sequence():
     cfg = make_cfg("lstm", "bidirectional")
     ops = make_operands(cfg, L=0)

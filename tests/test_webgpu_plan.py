@@ -96,6 +96,18 @@ def test_tiled_plan_respects_the_limits():
                                limits={**small, "max-compute-workgroup-storage-size": 16})
 
 
+def test_projection_entry_per_shape_and_profile():
+    kw = {"seq_length": 128, "input_size": 512, "hidden_size": 512}
+    big = jaxgru.webgpu.plan_for("gru", batch=64, **kw)
+    assert big["xproj"] == "xproj_tiled"  # 64 x 64 tiles: 128 row tiles x 24 column tiles
+    assert big["xproj_workgroups"] == math.ceil(128 * 64 / 64) * math.ceil(3 * 128 / 16)
+    # under one tile (L·N < 64 rows): the register-blocked kernel, 4 x 4 per invocation
+    tiny = jaxgru.webgpu.plan_for("gru", seq_length=4, batch=8, input_size=16, hidden_size=64)
+    assert tiny["xproj"] == "xproj" and tiny["xproj_workgroups"] == math.ceil(8 * 3 * 16 / 64)
+    cpu = {**plan.LIMIT_PROFILES["discrete-gpu"], "target-workgroups": plan.target_workgroups("CPU")}
+    assert jaxgru.webgpu.plan_for("gru", batch=64, **kw, limits=cpu)["xproj"] == "xproj"
+
+
 def test_profiles_and_bad_arguments():
     small = jaxgru.webgpu.plan_for("gru", seq_length=16, batch=4, input_size=16, hidden_size=32)
     assert small["variant"] == "persistent" and small["recurrence_dispatches_per_step"] == 0

@@ -223,9 +223,12 @@ class _Call:
     def _pipelines(self) -> tuple[wgpu.GPUComputePipeline, list[wgpu.GPUComputePipeline]]:
         """The projection pipeline and the recurrence pipelines of one step/segment, in order."""
         geo = self.geo
-        xproj = self.rt.pipeline("xproj", "xproj", self.storage, {
-            "C4": geo.G * geo.H4, "LAYOUT": self.cfg.layout, "WG": plan.XPROJ_WORKGROUP,
-        })
+        xc: dict[str, float] = {"C4": geo.G * geo.H4, "LAYOUT": self.cfg.layout}
+        if self.plan.xproj == "xproj_tiled":
+            xc.update(plan.XPROJ_TILE)
+        else:
+            xc["WG"] = plan.XPROJ_WORKGROUP
+        xproj = self.rt.pipeline("xproj", self.plan.xproj, self.storage, xc)
         entries = plan.recurrence_entries(self.cfg, self.plan.variant)
         consts = self._recurrence_constants()
         kernel = plan.recurrence_kernel(self.cfg, self.plan.variant)
@@ -281,8 +284,7 @@ class _Call:
             0: xp, 1: w["rt"], 2: w["pr"], 3: lens, 4: state, 5: outputs[0], 6: outputs[1], 7: res,
             8: self._upload(np.array([geo.L, n, geo.D, 0], np.uint32), _UNIFORM), 9: sched,
         })
-        x_threads = geo.D * row_blocks * geo.G * geo.H4
-        xgrid = plan.grid2d(-(-x_threads // plan.XPROJ_WORKGROUP), self.max_dim)
+        xgrid = plan.grid2d(plan.xproj_workgroups(geo, n, plan_.xproj), self.max_dim)
         if plan_.variant == "persistent":
             rgrid = (-(-n // plan_.bpw), geo.D)
         elif plan_.tile is not None:

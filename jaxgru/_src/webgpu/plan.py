@@ -45,6 +45,12 @@ PERSISTENT_SEGMENT_STEPS = 256
 # Invocations per workgroup of the stepwise and input-projection kernels.
 STEPWISE_WORKGROUP = 64
 XPROJ_WORKGROUP = 64
+# Input projection: the workgroup-memory tiled GEMM (xproj_tiled: XM rows x XN4 vec4 columns,
+# XK deep, 4 x 4 per invocation) where the call fills at least one tile (L·N >= XM rows and
+# G·H4 >= XN4 vec4 columns) on a device with more than XPROJ_TILED_MIN_TARGET target workgroups;
+# below that, or on a CPU driver, the register-blocked xproj (see docs/wgsl.md for lavapipe).
+XPROJ_TILE = {"XM": 64, "XN4": 16, "XK": 16}
+XPROJ_TILED_MIN_TARGET = 1
 # Invocations per workgroup of the weight-layout (prep) kernels.
 PREP_WORKGROUP = 64
 
@@ -174,6 +180,7 @@ class Plan:
       chunks: batch ranges [n0, n1) run as separate jobs (all in one command buffer).
       segments: steps ranges [t0, t1) of the persistent dispatches, or one per step.
       tile: the tiled variant's :class:`Tiling` (else None).
+      xproj: the input projection's entry point, "xproj" or "xproj_tiled".
     """
 
     variant: str
@@ -182,6 +189,25 @@ class Plan:
     chunks: tuple[tuple[int, int], ...]
     segments: tuple[tuple[int, int], ...]
     tile: Tiling | None = None
+    xproj: str = "xproj"
+
+
+def xproj_entry(geo: Geometry, limits: dict[str, int], n: int) -> str:
+    """The input projection's entry point for chunks of ``n`` rows (see ``XPROJ_TILE``)."""
+    t = XPROJ_TILE
+    invocations = t["XM"] // 4 * t["XN4"]
+    shared = 4 * t["XM"] * t["XK"] + 16 * t["XK"] * t["XN4"]
+    fits = invocations <= min(limits[_L_INVOC], limits[_L_SIZE_X]) and shared <= limits[_L_WGMEM]
+    full = geo.L * n >= t["XM"] and geo.G * geo.H4 >= t["XN4"] and geo.I > 0
+    return "xproj_tiled" if fits and full and target_of(limits) > XPROJ_TILED_MIN_TARGET else "xproj"
+
+
+def xproj_workgroups(geo: Geometry, n: int, entry: str) -> int:
+    """Workgroups of the input projection of ``n`` batch rows."""
+    m, c4 = geo.L * n, geo.G * geo.H4
+    if entry == "xproj_tiled":
+        return geo.D * -(-m // XPROJ_TILE["XM"]) * -(-c4 // XPROJ_TILE["XN4"])
+    return -(-(geo.D * -(-m // 4) * c4) // XPROJ_WORKGROUP)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -402,7 +428,7 @@ def make_plan(geo: Geometry, limits: dict[str, int], variant: str) -> Plan:
         tile = tiling(geo, limits, size)
         assert tile is not None
         nb = tile.nb
-    return Plan(variant, nb, bpw, chunks, segments, tile)
+    return Plan(variant, nb, bpw, chunks, segments, tile, xproj_entry(geo, limits, size))
 
 
 # --------------------------------------------------------------------------------------
@@ -446,7 +472,8 @@ def describe(cfg: RNNConfig, geo: Geometry, limits: dict[str, int], variant: str
       ``dispatches`` (per call: 4 prep + per chunk the projection and the recurrence),
       ``recurrence_dispatches_per_step`` (0 for persistent: one dispatch runs many steps),
       ``workgroups_per_step_dispatch`` and ``invocations_per_workgroup`` of the recurrence,
-      ``target_workgroups``, ``r_bytes`` (the device copy of R) and ``r_bytes_read_per_step``
+      ``target_workgroups``, ``xproj`` (the projection's entry point) and ``xproj_workgroups``,
+      ``r_bytes`` (the device copy of R) and ``r_bytes_read_per_step``
       (every workgroup reads its slice of R: all of it per block of rows for stepwise and
       persistent, per block of TR rows for tiled).
     """
@@ -487,6 +514,8 @@ def describe(cfg: RNNConfig, geo: Geometry, limits: dict[str, int], variant: str
         "workgroups_per_step_dispatch": workgroups,
         "invocations_per_workgroup": invocations,
         "target_workgroups": target_of(limits),
+        "xproj": p.xproj,
+        "xproj_workgroups": xproj_workgroups(geo, n, p.xproj),
         "r_bytes": r_bytes,
         "r_bytes_read_per_step": blocks * r_bytes,
     }
