@@ -198,7 +198,8 @@ def xproj_entry(geo: Geometry, limits: dict[str, int], n: int) -> str:
     invocations = t["XM"] // 4 * t["XN4"]
     shared = 4 * t["XM"] * t["XK"] + 16 * t["XK"] * t["XN4"]
     fits = invocations <= min(limits[_L_INVOC], limits[_L_SIZE_X]) and shared <= limits[_L_WGMEM]
-    full = geo.L * n >= t["XM"] and geo.G * geo.H4 >= t["XN4"] and geo.I > 0
+    rows, cols4 = geo.L * n, geo.G * geo.H4
+    full = rows >= t["XM"] and cols4 >= t["XN4"] and geo.I > 0
     return "xproj_tiled" if fits and full and target_of(limits) > XPROJ_TILED_MIN_TARGET else "xproj"
 
 
