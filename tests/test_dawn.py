@@ -72,6 +72,7 @@ class Case:
     segment_steps: int | None = None  # plan.PERSISTENT_SEGMENT_STEPS for this call
     tiling: tuple[int, ...] | None = None  # a forced plan.Tiling (variant "tiled")
     xproj_tiled: bool = False  # the tiled input projection (lavapipe's plan keeps xproj)
+    r_storage: str = "auto"  # kernels.forward's r_storage ("f16": R's device copy in f16)
 
 
 def matrix(f16: bool) -> list[Case]:
@@ -131,6 +132,10 @@ def matrix(f16: bool) -> list[Case]:
             cfg = make_cfg(cell, "bidirectional", ragged=True, layout=1, **opts)
             for variant in VARIANTS:
                 add(f"f16-{kind}-{variant}", cfg, {"lens": [5, 2, 0, 4]}, variant, f16=True)
+        for kind, (cell, opts) in CELLS.items():  # test_r_in_float16: f32 storage, R in f16
+            for variant in VARIANTS:
+                add(f"r16-{kind}-{variant}", make_cfg(cell, "bidirectional", ragged=True, **opts),
+                    {"lens": RAGGED, "H": 9}, variant, r_storage="f16")
         add("f16-gru_lbr-xproj_tiled", make_cfg("gru", "bidirectional", layout=1, linear_before_reset=True),
             {"L": 5, "N": 13, "I": 19, "H": 21}, "stepwise", f16=True, xproj_tiled=True)
     # replayed on Dawn's OpenGL ES backend, read-back bytes compared with wgpu's
@@ -368,7 +373,8 @@ def collect(path: pathlib.Path) -> dict:
                 events: list[dict] = []
                 if case.replay:
                     stack.enter_context(rec.replay(events))
-                kernels.forward(case.cfg, ops, residuals=case.residuals, variant=case.variant)
+                kernels.forward(case.cfg, ops, residuals=case.residuals, variant=case.variant,
+                                r_storage=case.r_storage)
             if case.replay:
                 assert sum(e["op"] == "read" for e in events) >= 1, case.name
                 replays.append({"name": case.name, "events": events})
@@ -424,7 +430,11 @@ def test_every_specialisation_compiles_on_dawn_and_replays_byte_identical(tmp_pa
     # the matrix reaches every kernel, entry point and activation kind
     pipes = data["pipelines"]
     storages = {"f32", "f16"} if runtime.runtime().has_f16 else {"f32"}
-    assert {(p["entry"], p["storage"]) for p in pipes} == {(e, s) for e in entry_points() for s in storages}
+    full = {(p["entry"], p["storage"]) for p in pipes if p["storage"] in storages}
+    assert full == {(e, s) for e in entry_points() for s in storages}
+    if runtime.runtime().has_f16:  # R in f16 with f32 storage: every module that reads or writes R
+        r16 = {p["kernel"] for p in pipes if p["storage"] == "f32+r16"}
+        assert r16 == {"prep_t", "gru", "lstm", "gru_tiled", "lstm_tiled"}
     kinds = {v for p in pipes for k, v in p["constants"].items() if k.startswith("ACT_")}
     assert kinds == set(range(len(NAMES)))
 

@@ -229,6 +229,25 @@ def test_float16(kind):
         check(cfg, ops, atol=2e-3, rtol=2e-3, variant=variant)
 
 
+@pytest.mark.parametrize(("kind", "variant"), [("gru", "tiled"), ("gru_lbr", "persistent"), ("lstm", "stepwise"),
+                                             ("lstm", "tiled")])
+def test_r_in_float16(kind, variant):
+    """r_storage="f16": f32 operands, R's device copy in f16, f32 accumulation. Oracle: the f32
+    reference with R rounded to f16 (tight), and the unrounded reference (f16 tolerance)."""
+    if not runtime.runtime().has_f16:
+        pytest.skip("the adapter has no shader-f16")
+    cell, opts = CELLS[kind]
+    cfg = make_cfg(cell, "bidirectional", ragged=True, **opts)
+    ops = make_operands(cfg, lens=[5, 0, 3, 1], H=9)
+    got = kernels.forward(cfg, ops, residuals=True, variant=variant, r_storage="f16")
+    rounded = [*ops[:2], ops[2].astype(np.float16).astype(np.float32), *ops[3:]]
+    assert_close(cfg, ops, got, ref_forward(cfg, rounded, True), residuals=True)
+    assert_close(cfg, ops, got, ref_forward(cfg, ops, True), residuals=True, atol=2e-3, rtol=2e-3)
+    assert not np.array_equal(got[0], kernels.forward(cfg, ops, residuals=False, variant=variant)[0])
+    with pytest.raises(ValueError, match="r_storage must be one of"):
+        kernels.forward(cfg, ops, residuals=False, r_storage="bf16")
+
+
 def test_float16_without_shader_f16(monkeypatch):
     monkeypatch.setattr(runtime.runtime(), "has_f16", False)
     cfg = make_cfg("lstm", "forward")

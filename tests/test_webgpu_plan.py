@@ -108,6 +108,17 @@ def test_projection_entry_per_shape_and_profile():
     assert jaxgru.webgpu.plan_for("gru", batch=64, **kw, limits=cpu)["xproj"] == "xproj"
 
 
+def test_r_in_float16_halves_r_traffic():
+    kw = {"seq_length": 128, "batch": 64, "input_size": 512, "hidden_size": 512}
+    f32, r16 = jaxgru.webgpu.plan_for("lstm", **kw), jaxgru.webgpu.plan_for("lstm", **kw, r_storage="f16")
+    assert (f32["r_storage"], r16["r_storage"]) == ("f32", "f16")
+    assert r16["r_bytes"] == 4 * 512 * 512 * 2 == f32["r_bytes"] // 2
+    assert r16["r_bytes_read_per_step"] <= f32["r_bytes_read_per_step"] // 2
+    assert jaxgru.webgpu.plan_for("lstm", **kw, storage="f16")["r_storage"] == "f16"
+    with pytest.raises(ValueError, match="r_storage must be one of"):
+        jaxgru.webgpu.plan_for("lstm", **kw, r_storage="f8")
+
+
 def test_profiles_and_bad_arguments():
     small = jaxgru.webgpu.plan_for("gru", seq_length=16, batch=4, input_size=16, hidden_size=32)
     assert small["variant"] == "persistent" and small["recurrence_dispatches_per_step"] == 0

@@ -8,12 +8,13 @@
 //               b [D, 2·G·H] -> xb [D, G, HP] (Wb + Rb folded, or Wb alone for GRU lbr=1),
 //               b or P -> pr [D, 3, HP] (GRU lbr=1: Rb; LSTM: P; else HAS_SRC = false: zeros)
 //
-// Prepended by the host: `enable f16;` (f16 storage only) and `alias ST = f32|f16;`. prep_t
-// moves ST elements, prep_bias f32 elements (the biases are f32 on the device).
+// Prepended by the host: `enable f16;` (f16 storage only), `alias ST = f32|f16;` and
+// `alias RT = f32|f16;`. prep_t converts ST elements to RT (RT = ST, except R in f16 with f32
+// storage), prep_bias moves f32 elements (the biases are f32 on the device).
 //
 // Bindings (group 0), family "prep":
 //   0  src   array<ST> (prep_t) / array<f32> (prep_bias)    read
-//   1  dst   array<vec4<ST>> / array<vec4<f32>>              read_write
+//   1  dst   array<vec4<RT>> / array<vec4<f32>>              read_write
 //
 // Overrides:
 //   G, H, H4      gates, hidden size, ceil(H/4)

@@ -1,9 +1,9 @@
-// prep_t.wgsl — the transposes W -> wt and R -> rt (ST elements), after prep.wgsl.
+// prep_t.wgsl — the transposes W -> wt and R -> rt (ST elements in, RT out), after prep.wgsl.
 //
 // Bindings: the table in prep.wgsl (0 src, 1 dst). Overrides: those of prep.wgsl.
 
 @group(0) @binding(0) var<storage, read> src: array<ST>;
-@group(0) @binding(1) var<storage, read_write> dst: array<vec4<ST>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<vec4<RT>>;
 
 @compute @workgroup_size(WG)
 fn prep_t(
@@ -19,12 +19,12 @@ fn prep_t(
   let g = (o / H4) % G;
   let k = (o / (H4 * G)) % KOUT;
   let d = o / (H4 * G * KOUT);
-  var v = vec4<ST>(ST(0.0));
+  var v = vec4<RT>(RT(0.0));
   if k < KIN {
     for (var c = 0u; c < 4u; c++) {
       let j = 4u * j4 + c;
       if j < H {
-        v[c] = src[(d * G * H + g * H + j) * KIN + k];
+        v[c] = RT(src[(d * G * H + g * H + j) * KIN + k]);
       }
     }
   }

@@ -1,7 +1,8 @@
 // recurrence_common.wgsl — prelude shared by the GRU and LSTM recurrence kernels: the binding
 // table, index helpers, activations, the recurrent mat-vec and the output stores.
 //
-// Module = `enable f16;` (f16 storage only) + `alias ST = f32|f16;` + this file + the generated
+// Module = `enable f16;` (f16 storage only) + `alias ST = f32|f16;` + `alias RT = f32|f16;`
+// (R's device element type: ST, or f16 with f32 storage, plan.r_storage) + this file + the generated
 // `fn act(kind, x, A, B)` (one `case` per activation of jaxgru/_src/activations.py, ids =
 // Activation.kind_id) + gru.wgsl or lstm.wgsl (their entry points).
 //
@@ -12,7 +13,7 @@
 //
 // Bindings (group 0), the same for every recurrence kernel:
 //   0  xp      array<vec4<f32>>  [D, L, N, G, H4]  read        X·Wᵀ + folded biases, time order
-//   1  rt      array<vec4<ST>>   [D, HP, G, H4]    read        rt[d,k,g,j] = R[d, g·H+j, k]
+//   1  rt      array<vec4<RT>>   [D, HP, G, H4]    read        rt[d,k,g,j] = R[d, g·H+j, k]
 //   2  pr      array<vec4<f32>>  [D, 3, H4]        read        GRU lbr=1: Rb (z,r,h); LSTM: P (i,o,f)
 //   3  lens    array<i32>        [N]               read        lengths, clamped to [0, L] by the host
 //   4  state   array<vec4<f32>>  [S, D, N, H4]     read_write  slots: 0/1 h (ping-pong); 2 c (LSTM)
@@ -91,7 +92,7 @@ struct Sched {
 }
 
 @group(0) @binding(0) var<storage, read> xp: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> rt: array<vec4<ST>>;
+@group(0) @binding(1) var<storage, read> rt: array<vec4<RT>>;
 @group(0) @binding(2) var<storage, read> pr: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> lens: array<i32>;
 @group(0) @binding(4) var<storage, read_write> state: array<vec4<f32>>;

@@ -34,7 +34,7 @@ _ROLES = ("F", "G", "H")  # activation roles per direction: f, g[, h]
 
 
 def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, variant: str = "auto",
-            out: Sequence[np.ndarray] | None = None) -> tuple[np.ndarray, ...]:
+            r_storage: str = "auto", out: Sequence[np.ndarray] | None = None) -> tuple[np.ndarray, ...]:
     """ONNX GRU/LSTM forward on the WebGPU device; the contract of ``reference.forward``.
 
     Args:
@@ -45,6 +45,8 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
       residuals: also return ``res [D, L, N, K]`` (float32, processing order).
       ensemble: number of independent members (0: no ensemble axis).
       variant: "auto", "persistent", "stepwise" or "tiled" (see plan.py).
+      r_storage: "auto" (R's device copy in the storage type), "f32", or "f16": R in f16 where
+        the device has ``shader-f16`` (``plan.module_storage``; accumulation stays f32).
       out: writable arrays of the outputs' shapes and dtypes (XLA's output buffers, from the
         callback): the results are copied once, from the mapped read-back straight into them.
         None allocates them.
@@ -68,6 +70,7 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
         )
     if variant not in plan.VARIANTS:
         raise ValueError(f"{_FNAME}: variant must be one of {plan.VARIANTS}; got {variant!r}.")
+    plan.module_storage("f32", r_storage, False)  # validates r_storage before any work
     members = [operands] if not ensemble else [[a[e] for a in operands] for e in range(ensemble)]
     x0, r0 = members[0][0], members[0][2]
     # y and the states in the operands' dtype, res (if any) in float32
@@ -79,8 +82,11 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
             for dst, value in zip(dests, host.trivial(cfg, m, geo, residuals), strict=True):
                 np.copyto(dst[e] if ensemble else dst, value, casting="unsafe")
     else:
-        storage = "f16" if dtype == np.float16 and runtime.runtime().has_f16 else "f32"
-        geo = plan.geometry(cfg, x0.shape, r0.shape[-1], residuals, 2 if storage == "f16" else 4)
+        has_f16 = runtime.runtime().has_f16
+        storage = "f16" if dtype == np.float16 and has_f16 else "f32"
+        module = plan.module_storage(storage, r_storage, has_f16)
+        geo = plan.geometry(cfg, x0.shape, r0.shape[-1], residuals, 2 if storage == "f16" else 4,
+                            2 if module != "f32" else 4)
         prepared = [host.member(cfg, m, geo, storage) for m in members]
         prepare_s = time.perf_counter() - t0
         # a lost device is retried: count the attempt that ran. Only its stats are kept (a
@@ -88,7 +94,7 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
         attempts: list[CallStats] = []
 
         def attempt(rt: runtime.Runtime) -> None:
-            call = _Call(rt, cfg, geo, storage, variant, CallStats(calls=1, host_prepare_s=prepare_s))
+            call = _Call(rt, cfg, geo, storage, module, variant, CallStats(calls=1, host_prepare_s=prepare_s))
             attempts[:] = [call.stats]
             call.run(prepared, dests, ensemble > 0)
 
@@ -107,6 +113,7 @@ class _Prep:
     src: tuple[wgpu.GPUBuffer, int]
     dst: tuple[wgpu.GPUBuffer, int]
     count: int  # destination vec4s (one invocation each)
+    storage: str  # the module's storage key (rt's prep_t converts to R's type)
 
 
 @dataclasses.dataclass
@@ -126,9 +133,10 @@ class _Job:
 class _Call:
     """The device side of one call: set-up, recording, submit and read-back."""
 
-    def __init__(self, rt: runtime.Runtime, cfg: RNNConfig, geo: plan.Geometry, storage: str,
+    def __init__(self, rt: runtime.Runtime, cfg: RNNConfig, geo: plan.Geometry, storage: str, module: str,
                  variant: str, stats: CallStats) -> None:
-        self.rt, self.cfg, self.geo, self.storage = rt, cfg, geo, storage
+        # storage: x, W and the outputs; module: the modules that read or write R (shaders.STORAGES)
+        self.rt, self.cfg, self.geo, self.storage, self.module = rt, cfg, geo, storage, module
         limits = rt.plan_limits()
         self.plan = plan.make_plan(geo, limits, variant)
         self.stats = stats
@@ -232,7 +240,7 @@ class _Call:
         entries = plan.recurrence_entries(self.cfg, self.plan.variant)
         consts = self._recurrence_constants()
         kernel = plan.recurrence_kernel(self.cfg, self.plan.variant)
-        return xproj, [self.rt.pipeline(kernel, e, self.storage, consts) for e in entries]
+        return xproj, [self.rt.pipeline(kernel, e, self.module, consts) for e in entries]
 
     # ---- weights -----------------------------------------------------------------------
     def _weights(self, m: host.Member, preps: list[_Prep]) -> dict[str, tuple[wgpu.GPUBuffer, int]]:
@@ -249,10 +257,10 @@ class _Call:
         base = {"G": geo.G, "H": geo.H, "D": geo.D, "WG": plan.PREP_WORKGROUP}
         for name, src, k_in, k_out in (("wt", "w", geo.I, geo.I), ("rt", "r", geo.H, geo.HP)):
             preps.append(_Prep("prep_t", {**base, "KIN": k_in, "KOUT": k_out}, raw[src], dev[name],
-                               geo.D * k_out * geo.G * geo.H4))
+                               geo.D * k_out * geo.G * geo.H4, self.module if name == "rt" else self.storage))
         for name, lay in host.bias_layouts(self.cfg, geo).items():
             preps.append(_Prep("prep_bias", {**base, **lay.constants}, raw[lay.src], dev[name],
-                               geo.D * int(lay.constants["NQ"]) * geo.H4))
+                               geo.D * int(lay.constants["NQ"]) * geo.H4, self.storage))
         return dev
 
     # ---- jobs --------------------------------------------------------------------------
@@ -315,7 +323,7 @@ class _Call:
         for i, m in enumerate(members):
             w = self._weights(m, preps)
             jobs += [self._job(i, m, w, n0, n1, sched) for n0, n1 in self.plan.chunks]
-        prep_groups = [(rt.pipeline(q.kernel, q.kernel, self.storage, q.constants),
+        prep_groups = [(rt.pipeline(q.kernel, q.kernel, q.storage, q.constants),
                          rt.bind_group("prep", {0: q.src, 1: q.dst}),
                          plan.grid2d(-(-q.count // plan.PREP_WORKGROUP), self.max_dim)) for q in preps if q.count]
         t1 = time.perf_counter()

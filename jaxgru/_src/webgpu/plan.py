@@ -105,6 +105,7 @@ class Geometry:
       L, N, I, H, D: steps, batch, input size, hidden size, directions.
       itemsize: bytes per element of ``ST`` (x, weights, outputs): 2 for f16 storage, else 4.
       K: residual blocks of H per step (GRU lbr=0: 3, lbr=1: 4, LSTM: 5); 0 without residuals.
+      r_itemsize: bytes per element of R's device copy ``rt`` (0: ``itemsize``; 2 with R in f16).
     """
 
     cell: str
@@ -116,6 +117,7 @@ class Geometry:
     D: int
     itemsize: int
     K: int
+    r_itemsize: int = 0
 
     @property
     def G(self) -> int:
@@ -156,17 +158,41 @@ class Geometry:
     def weight_bytes(self) -> dict[str, int]:
         """Bytes of the device copies of the weights."""
         D, I, G, HP, s = self.D, self.I, self.G, self.HP, self.itemsize  # noqa: E741
+        rs = self.r_itemsize or s
         return {
-            "wt": D * I * G * HP * s, "rt": D * HP * G * HP * s, "xb": D * G * HP * 4, "pr": D * 3 * HP * 4,
+            "wt": D * I * G * HP * s, "rt": D * HP * G * HP * rs, "xb": D * G * HP * 4, "pr": D * 3 * HP * 4,
         }
 
 
-def geometry(cfg: RNNConfig, x_shape: tuple[int, ...], hidden: int, residuals: bool, itemsize: int
-             ) -> Geometry:
+def geometry(cfg: RNNConfig, x_shape: tuple[int, ...], hidden: int, residuals: bool, itemsize: int,
+             r_itemsize: int = 0) -> Geometry:
     """The :class:`Geometry` of a call from x's shape (one member) and the hidden size."""
     L, N = (x_shape[0], x_shape[1]) if cfg.layout == 0 else (x_shape[1], x_shape[0])
     k = spec(cfg.cell).residuals(cfg) if residuals else 0
-    return Geometry(cfg.cell, cfg.layout, L, N, x_shape[2], hidden, cfg.num_directions, itemsize, k)
+    return Geometry(cfg.cell, cfg.layout, L, N, x_shape[2], hidden, cfg.num_directions, itemsize, k, r_itemsize)
+
+
+R_STORAGES = ("auto", "f32", "f16")
+
+
+def module_storage(storage: str, requested: str, has_f16: bool) -> str:
+    """The module storage key (``shaders.STORAGES``) of a call: R in f16 where asked for and the
+    device has ``shader-f16`` (accumulation stays f32), else R in the storage type.
+
+    Args:
+      storage: "f32" or "f16", the storage of x, weights and outputs.
+      requested: "auto" (R as the storage), "f32" or "f16" (R in f16: halves R's memory and the
+        L2 traffic of the recurrence; rounds R to f16, ~1e-3 relative error).
+      has_f16: whether the device has ``shader-f16``.
+
+    Raises:
+      ValueError: an unknown ``requested``.
+    """
+    if requested not in R_STORAGES:
+        raise ValueError(f"jaxgru wgsl: r_storage must be one of {R_STORAGES}; got {requested!r}.")
+    if storage == "f32" and requested == "f16" and has_f16:
+        return "f32+r16"
+    return storage
 
 
 @dataclasses.dataclass(frozen=True)
@@ -474,7 +500,7 @@ def describe(cfg: RNNConfig, geo: Geometry, limits: dict[str, int], variant: str
       ``recurrence_dispatches_per_step`` (0 for persistent: one dispatch runs many steps),
       ``workgroups_per_step_dispatch`` and ``invocations_per_workgroup`` of the recurrence,
       ``target_workgroups``, ``xproj`` (the projection's entry point) and ``xproj_workgroups``,
-      ``r_bytes`` (the device copy of R) and ``r_bytes_read_per_step``
+      ``r_storage`` ("f32" or "f16"), ``r_bytes`` (the device copy of R) and ``r_bytes_read_per_step``
       (every workgroup reads its slice of R: all of it per block of rows for stepwise and
       persistent, per block of TR rows for tiled).
     """
@@ -517,6 +543,7 @@ def describe(cfg: RNNConfig, geo: Geometry, limits: dict[str, int], variant: str
         "target_workgroups": target_of(limits),
         "xproj": p.xproj,
         "xproj_workgroups": xproj_workgroups(geo, n, p.xproj),
+        "r_storage": "f16" if (geo.r_itemsize or geo.itemsize) == 2 else "f32",
         "r_bytes": r_bytes,
         "r_bytes_read_per_step": blocks * r_bytes,
     }
@@ -524,7 +551,8 @@ def describe(cfg: RNNConfig, geo: Geometry, limits: dict[str, int], variant: str
 
 def plan_for(cell: str, *, seq_length: int, batch: int, input_size: int, hidden_size: int,
              num_directions: int = 1, linear_before_reset: bool = False, storage: str = "f32",
-             variant: str = "auto", limits: str | dict[str, int] = "discrete-gpu") -> dict[str, object]:
+             r_storage: str = "auto", variant: str = "auto", limits: str | dict[str, int] = "discrete-gpu"
+             ) -> dict[str, object]:
     """The WGSL kernels' plan for a layer call, without running it (and without a GPU).
 
     Args:
@@ -536,6 +564,8 @@ def plan_for(cell: str, *, seq_length: int, batch: int, input_size: int, hidden_
       num_directions: 1, or 2 for a bidirectional layer.
       linear_before_reset: GRU only (lbr=0 takes two dispatches per step).
       storage: "f32" or "f16", the device element type of x, weights and outputs.
+      r_storage: "auto" (R as ``storage``), "f32", or "f16" (R's device copy in f16, as on a
+        device with ``shader-f16``).
       variant: "auto", "persistent", "stepwise" or "tiled".
       limits: a profile of ``LIMIT_PROFILES`` ("discrete-gpu", "webgpu-default"), "device" for
         the current adapter's (creates the device), or a dict of limits (hyphenated names; the
@@ -573,5 +603,6 @@ def plan_for(cell: str, *, seq_length: int, batch: int, input_size: int, hidden_
     direction = "forward" if num_directions == 1 else "bidirectional"
     options = {"linear_before_reset": linear_before_reset} if cell == "gru" else {}
     cfg = make_config(cell, "jaxgru.webgpu.plan_for", direction=direction, **options)
-    geo = geometry(cfg, (seq_length, batch, input_size), hidden_size, False, 2 if storage == "f16" else 4)
+    r_size = 2 if module_storage(storage, r_storage, True) != "f32" else 4
+    geo = geometry(cfg, (seq_length, batch, input_size), hidden_size, False, 2 if storage == "f16" else 4, r_size)
     return describe(cfg, geo, dict(limits), variant)

@@ -64,18 +64,25 @@ def activation_switch() -> str:
     )
 
 
+# Module storage keys: the element type ST of x, weights and outputs, and RT of R's device copy
+# (rt, written by prep_t): "f32+r16" is f32 storage with R in f16 (``plan.r_storage``).
+STORAGES = {"f32": ("f32", "f32"), "f16": ("f16", "f16"), "f32+r16": ("f32", "f16")}
+
+
 @functools.cache
 def source(kernel: str, storage: str) -> str:
     """The full WGSL module text of a kernel file for a storage type.
 
     Args:
       kernel: a key of ``FAMILY``.
-      storage: "f32" or "f16" (the element type ``ST`` of x, weights and outputs).
+      storage: a key of ``STORAGES``: "f32" or "f16" (the element type ``ST`` of x, weights
+        and outputs, and ``RT`` of R's device copy), or "f32+r16" (ST f32, RT f16).
 
     Returns:
       The module source.
     """
-    header = ("enable f16;\n" if storage == "f16" else "") + f"alias ST = {storage};\n"
+    st, rt = STORAGES[storage]
+    header = ("enable f16;\n" if "f16" in (st, rt) else "") + f"alias ST = {st};\nalias RT = {rt};\n"
     if FAMILY[kernel] == "xproj":
         return header + _read(kernel)
     if FAMILY[kernel] == "prep":
