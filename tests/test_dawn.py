@@ -73,6 +73,7 @@ class Case:
     tiling: tuple[int, ...] | None = None  # a forced plan.Tiling (variant "tiled")
     xproj_tiled: bool = False  # the tiled input projection (lavapipe's plan keeps xproj)
     r_storage: str = "auto"  # kernels.forward's r_storage ("f16": R's device copy in f16)
+    subgroups: bool = True  # False: as on a device without subgroups (limit_override(subgroups=0))
 
 
 def matrix(f16: bool) -> list[Case]:
@@ -121,8 +122,13 @@ def matrix(f16: bool) -> list[Case]:
     for i, tile in enumerate(TILINGS):  # test_tilings
         kind = list(CELLS)[i % len(CELLS)]
         cell, opts = CELLS[kind]
-        add(f"{kind}-tiling{'x'.join(map(str, tile))}", make_cfg(cell, "bidirectional", layout=i % 2, ragged=True,
-            **opts), {"L": 4, "N": 7, "H": 37, "lens": [4, 0, 3, 1, 2, 4, 4]}, "tiled", tiling=tile)
+        for sg in (True, False):
+            add(f"{kind}-tiling{'x'.join(map(str, tile))}-sg{int(sg)}", make_cfg(cell, "bidirectional", layout=i % 2,
+                ragged=True, **opts), {"L": 4, "N": 7, "H": 37, "lens": [4, 0, 3, 1, 2, 4, 4]}, "tiled", tiling=tile,
+                subgroups=sg)
+    for kind, (cell, opts) in CELLS.items():  # every tiled kernel with subgroups, the default tiling
+        add(f"{kind}-tiled-split-sg", make_cfg(cell, "bidirectional", **opts), {"L": 3, "N": 2, "H": 40}, "tiled",
+            tiling=TILINGS[2])
     for kind, layout in (("gru", 0), ("lstm", 1)):  # test_tiled_projection
         cell, opts = CELLS[kind]
         add(f"{kind}-xproj_tiled-layout{layout}", make_cfg(cell, "bidirectional", layout=layout, **opts),
@@ -136,6 +142,8 @@ def matrix(f16: bool) -> list[Case]:
             for variant in VARIANTS:
                 add(f"r16-{kind}-{variant}", make_cfg(cell, "bidirectional", ragged=True, **opts),
                     {"lens": RAGGED, "H": 9}, variant, r_storage="f16")
+            add(f"r16-{kind}-tiled-nosg", make_cfg(cell, "bidirectional", ragged=True, **opts),
+                {"lens": RAGGED, "H": 9}, "tiled", r_storage="f16", subgroups=False)
         add("f16-gru_lbr-xproj_tiled", make_cfg("gru", "bidirectional", layout=1, linear_before_reset=True),
             {"L": 5, "N": 13, "I": 19, "H": 21}, "stepwise", f16=True, xproj_tiled=True)
     # replayed on Dawn's OpenGL ES backend, read-back bytes compared with wgpu's
@@ -160,13 +168,14 @@ def matrix(f16: bool) -> list[Case]:
     )):
         rep(f"replay-lstm-activations{i}-{VARIANTS[i]}", make_cfg("lstm", "bidirectional", acts=acts, ragged=True),
             {"lens": RAGGED, "seed": i}, VARIANTS[i], bool(i))
+    # OpenGL ES has no subgroups: the replays sum k splits through workgroup memory
     rep("replay-lstm-tiled-split-bidirectional-ragged",
         make_cfg("lstm", "bidirectional", ragged=True, peepholes=True), {"L": 4, "N": 7, "H": 37,
-        "lens": [4, 0, 3, 1, 2, 4, 4]}, "tiled", tiling=TILINGS[1])
+        "lens": [4, 0, 3, 1, 2, 4, 4]}, "tiled", tiling=TILINGS[1], subgroups=False)
     rep("replay-gru-tiled-layout1", make_cfg("gru", "bidirectional", layout=1, ragged=True), {"lens": RAGGED},
-        "tiled", tiling=TILINGS[2])
+        "tiled", tiling=TILINGS[2], subgroups=False)
     rep("replay-lstm-xproj_tiled-tiled-layout1", make_cfg("lstm", "bidirectional", layout=1, peepholes=True),
-        {"L": 5, "N": 13, "I": 19, "H": 21}, "tiled", xproj_tiled=True)
+        {"L": 5, "N": 13, "I": 19, "H": 21}, "tiled", xproj_tiled=True, subgroups=False)
     rep("replay-gru_lbr-odd-stepwise-layout1",
         make_cfg("gru", "bidirectional", layout=1, ragged=True, linear_before_reset=True),
         {"L": 7, "N": 3, "I": 5, "H": 13, "lens": [7, 0, 4]}, "stepwise")
@@ -365,6 +374,8 @@ def collect(path: pathlib.Path) -> dict:
             with contextlib.ExitStack() as stack:
                 if case.segment_steps:
                     stack.enter_context(_setattr(plan, "PERSISTENT_SEGMENT_STEPS", case.segment_steps))
+                if not case.subgroups:
+                    stack.enter_context(runtime.limit_override(subgroups=0))
                 if case.xproj_tiled:
                     stack.enter_context(_setattr(plan, "XPROJ_TILED_MIN_TARGET", 0))
                 if case.tiling:
@@ -384,8 +395,8 @@ def collect(path: pathlib.Path) -> dict:
     data = {
         "requested_limits": list(runtime.REQUESTED_LIMITS),
         "bindings": shaders.BINDINGS,
-        "modules": [{"kernel": k, "storage": st, "family": shaders.FAMILY[k], "source": shaders.source(k, st)}
-                    for k, st in modules],
+        "modules": [{"kernel": k, "storage": st, "family": shaders.FAMILY[k],
+                     "source": shaders.source(k, st, tint=True)} for k, st in modules],
         "pipelines": [{**s, "module": module_index[(s["kernel"], s["storage"])]} for s in specs],
         "replays": replays,
     }
@@ -434,7 +445,8 @@ def test_every_specialisation_compiles_on_dawn_and_replays_byte_identical(tmp_pa
     assert full == {(e, s) for e in entry_points() for s in storages}
     if runtime.runtime().has_f16:  # R in f16 with f32 storage: every module that reads or writes R
         r16 = {p["kernel"] for p in pipes if p["storage"] == "f32+r16"}
-        assert r16 == {"prep_t", "gru", "lstm", "gru_tiled", "lstm_tiled"}
+        assert r16 == {"prep_t", "gru", "lstm", "gru_tiled", "lstm_tiled", "gru_tiled_sg", "lstm_tiled_sg"}
+    assert {p["kernel"] for p in pipes} == set(shaders.FAMILY)  # the subgroup kernels included
     kinds = {v for p in pipes for k, v in p["constants"].items() if k.startswith("ACT_")}
     assert kinds == set(range(len(NAMES)))
 

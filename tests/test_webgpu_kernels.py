@@ -27,7 +27,8 @@ VARIANTS = ("persistent", "stepwise", "tiled")
 # Tilings (TR rows, TU unit vec4s, NB rows per invocation, KS k splits, KT4 k vec4s per staged
 # tile) that reach every path of recurrence_tiled.wgsl at H = 37 (H4 = 10, several k tiles and a
 # partial last one; unit and row tiles past the end; spare workgroups; k-split reduction).
-TILINGS = [(1, 1, 1, 1, 1), (4, 2, 2, 4, 4), (2, 1, 1, 8, 8), (8, 4, 4, 2, 2), (16, 8, 2, 1, 8)]
+# KS = 16 exceeds lavapipe's subgroup size (8): tile_reduce_sg falls back to workgroup memory.
+TILINGS = [(1, 1, 1, 1, 1), (4, 2, 2, 4, 4), (2, 1, 1, 8, 8), (8, 4, 4, 2, 2), (16, 8, 2, 1, 8), (1, 2, 1, 16, 16)]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -163,15 +164,21 @@ def test_odd_shapes(kind, shape, variant):
     check(cfg, make_operands(cfg, *shape, lens=lens), variant=variant)
 
 
+@pytest.mark.parametrize("subgroups", [True, False])
 @pytest.mark.parametrize("tile", TILINGS)
-def test_tilings(tile, monkeypatch):
-    """Each forced tiling against the reference, for the three kernels of its row."""
+def test_tilings(tile, subgroups, monkeypatch):
+    """Each forced tiling against the reference (one cell kind each), k splits summed with
+    subgroup operations (where the adapter has them) or through workgroup memory."""
     monkeypatch.setattr(plan, "tiling", lambda geo, limits, n=None: plan.Tiling(*tile, geo.N if n is None else n))
     kind = list(CELLS)[TILINGS.index(tile) % len(CELLS)]
     cell, opts = CELLS[kind]
     cfg = make_cfg(cell, "bidirectional", layout=TILINGS.index(tile) % 2, ragged=True, **opts)
-    check(cfg, make_operands(cfg, L=4, N=7, H=37, lens=[4, 0, 3, 1, 2, 4, 4]), variant="tiled")
     geo = plan.geometry(cfg, (4, 7, 3), 37, False, 4)
+    with runtime.limit_override(**({} if subgroups else {"subgroups": 0})):
+        check(cfg, make_operands(cfg, L=4, N=7, H=37, lens=[4, 0, 3, 1, 2, 4, 4]), variant="tiled")
+        used = plan.make_plan(geo, runtime.runtime().plan_limits(), "tiled").subgroups
+    has = "subgroup" in runtime.runtime().features
+    assert used == (subgroups and has and tile[3] > 1)
     assert last()["variant"] == "tiled"
     assert last()["dispatches"] == PREP + 1 + 4 * len(plan.recurrence_entries(cfg, "tiled"))
     assert plan.Tiling(*tile, 7).workgroups(geo) == 2 * -(-7 // tile[0]) * -(-10 // tile[1])
@@ -191,6 +198,24 @@ def test_tiled_projection(kind, layout, storage, monkeypatch):
     check(cfg, ops, variant="stepwise", **tol)
     geo = plan.geometry(cfg, ops[0].shape, 21, True, 4)
     assert plan.make_plan(geo, runtime.runtime().plan_limits(), "stepwise").xproj == "xproj_tiled"
+
+
+@pytest.mark.parametrize("tile", [TILINGS[2], TILINGS[5]])
+def test_subgroup_path_runs_on_lavapipe(tile, monkeypatch):
+    """The k-split sums take the subgroup shuffles where the subgroup holds whole splits (KS = 8
+    on lavapipe's subgroups of 8: a butterfly, whose rounding differs from the sequential sum)
+    and fall back to workgroup memory where it cannot (KS = 16: bitwise the no-subgroup result)."""
+    info = runtime.runtime().adapter_info
+    if "subgroup" not in runtime.runtime().features or "llvmpipe" not in info["name"]:
+        pytest.skip("lavapipe's subgroup size (8) is assumed")
+    monkeypatch.setattr(plan, "tiling", lambda geo, limits, n=None: plan.Tiling(*tile, geo.N if n is None else n))
+    cfg = make_cfg("lstm", "bidirectional", ragged=True, peepholes=True)
+    ops = make_operands(cfg, L=4, N=7, H=37, lens=[4, 0, 3, 1, 2, 4, 4])
+    with_sg = check(cfg, ops, variant="tiled")
+    with runtime.limit_override(subgroups=0):
+        without = check(cfg, ops, variant="tiled")
+    same = all(np.array_equal(a, b) for a, b in zip(with_sg, without, strict=True))
+    assert same == (tile[3] > 8)
 
 
 def test_empty_sequence():

@@ -1,7 +1,8 @@
 // gru_tiled.wgsl — the tiled GRU step (gate math of gru.wgsl, tiles of recurrence_tiled.wgsl).
 //
-// Module = header + recurrence_common.wgsl + `act` + gru.wgsl + recurrence_tiled.wgsl + this
-// file: the per-row math (gru_zr, gru_lbr1, gru_finish) is gru.wgsl's, so Y, the states and
+// Module = header + recurrence_common.wgsl + `act` + gru.wgsl + recurrence_tiled.wgsl +
+// tile_reduce_wg.wgsl or tile_reduce_sg.wgsl (kernel gru_tiled_sg) + this file: the
+// per-row math (gru_zr, gru_lbr1, gru_finish) is gru.wgsl's, so Y, the states and
 // the residuals are those of the stepwise kernels.
 //
 // Bindings: the table in recurrence_common.wgsl (state slots: 0/1 h ping-pong, 2 z, 3 r⊙h).
@@ -24,7 +25,7 @@ fn gru_tiled_gates_zr(
   let it = tile_item(tile, lid);
   let t = sched.t0;
   let acc = tile_matvec(tile, it, lid, t & 1u, 0u, 2u);
-  if !it.ok || lid >= tile_lanes() {
+  if !it.ok || !tile_owner(lid) {
     return;
   }
   let hb = slot_index(t & 1u, it.d, it.n, 0u);
@@ -58,7 +59,7 @@ fn gru_tiled_step(
   } else {
     acc = tile_matvec(tile, it, lid, 3u, 2u, 1u);
   }
-  if !it.ok || lid >= tile_lanes() {
+  if !it.ok || !tile_owner(lid) {
     return;
   }
   let hb = slot_index(cur, it.d, it.n, 0u);

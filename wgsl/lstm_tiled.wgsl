@@ -1,7 +1,8 @@
 // lstm_tiled.wgsl — the tiled LSTM step (cell math of lstm.wgsl, tiles of recurrence_tiled.wgsl).
 //
-// Module = header + recurrence_common.wgsl + `act` + lstm.wgsl + recurrence_tiled.wgsl + this
-// file: the per-row math (lstm_cell) is lstm.wgsl's, so Y, the states and the residuals are
+// Module = header + recurrence_common.wgsl + `act` + lstm.wgsl + recurrence_tiled.wgsl +
+// tile_reduce_wg.wgsl or tile_reduce_sg.wgsl (kernel lstm_tiled_sg) + this file: the
+// per-row math (lstm_cell) is lstm.wgsl's, so Y, the states and the residuals are
 // those of the stepwise kernel.
 //
 // Bindings: the table in recurrence_common.wgsl (state slots: 0/1 h ping-pong, 2 c; pr = P).
@@ -25,7 +26,7 @@ fn lstm_tiled_step(
   let t = sched.t0;
   let cur = t & 1u;
   let acc = tile_matvec(tile, it, lid, cur, 0u, 4u);
-  if !it.ok || lid >= tile_lanes() {
+  if !it.ok || !tile_owner(lid) {
     return;
   }
   let hb = slot_index(cur, it.d, it.n, 0u);

@@ -6,9 +6,12 @@
 // batch rows n0 .. n0+TR-1 and TU vec4s of hidden units u0 .. u0+TU-1, with all G gates of those
 // units (so the gate math stays in the workgroup). It reads only its units' columns of rt, and
 // stages its rows of h through workgroup memory `ts`, KT4 vec4s of k at a time. Each invocation
-// owns NB rows x one unit vec4 of the tile and a 1/KS share of the k sum; the KS shares are
-// summed through `ts` in split order (deterministic). Workgroups are linearised over a 2-D grid:
-// unit block fastest, then row block, then direction.
+// owns NB rows x one unit vec4 of the tile and a 1/KS share of the k sum (the KS invocations of
+// an output are adjacent); `tile_reduce` sums the shares: through `ts` in split order
+// (tile_reduce_wg.wgsl), or with subgroup shuffles where the device has subgroups and the
+// subgroup holds whole groups of KS adjacent invocations (tile_reduce_sg.wgsl, falling back to
+// `ts` per subgroup otherwise). Workgroups are linearised over a 2-D grid: unit block fastest,
+// then row block, then direction.
 //
 // Bindings: the table in recurrence_common.wgsl.
 // Overrides (besides those of recurrence_common.wgsl; NB is the rows per invocation):
@@ -44,24 +47,29 @@ fn tile_of(wid: vec3<u32>, nwg: vec3<u32>) -> Tile {
   return Tile(rest / row_blocks, (rest % row_blocks) * TR, (w % unit_blocks) * TU, rest < dims.D * row_blocks);
 }
 
-// Invocations per split: (TR/NB)·TU; invocation lid = (split·(TR/NB) + row group)·TU + unit.
+// Outputs (lanes) per split: (TR/NB)·TU; invocation lid = ((row group)·TU + unit)·KS + split.
 fn tile_lanes() -> u32 {
   return TR / NB * TU;
 }
 
 // What invocation lid of a tile owns (the same for each of its KS splits).
 fn tile_item(tile: Tile, lid: u32) -> Item {
-  let lane = lid % tile_lanes();
+  let lane = lid / KS;
   let n = tile.n0 + (lane / TU) * NB;
   let j4 = tile.u0 + lane % TU;
   return Item(tile.d, n, min(NB, dims.N - min(n, dims.N)), j4, tile.ok && n < dims.N && j4 < H4);
 }
 
+// Whether invocation lid holds its output's full sum after tile_matvec (split 0).
+fn tile_owner(lid: u32) -> bool {
+  return lid % KS == 0u;
+}
+
 // matvec (recurrence_common.wgsl) for a tile: the same sums, with h of state slot `s` staged
 // through `ts`. Every invocation of the workgroup must call it (it has barriers); the full sums
-// end in the split-0 invocations (lid < tile_lanes()), the others hold partial ones.
+// end in the tile_owner invocations, the others may hold partial ones.
 fn tile_matvec(tile: Tile, it: Item, lid: u32, s: u32, g0: u32, ng: u32) -> array<vec4<f32>, 16> {
-  let split = lid / tile_lanes();
+  let split = lid % KS;
   let row = it.n - min(it.n, tile.n0);  // the invocation's first row within the tile
   var acc = array<vec4<f32>, 16>();
   for (var k0 = 0u; k0 < H4; k0 += KT4) {
@@ -94,23 +102,29 @@ fn tile_matvec(tile: Tile, it: Item, lid: u32, s: u32, g0: u32, ng: u32) -> arra
     }
     workgroupBarrier();
   }
-  if KS > 1u {
-    // splits 1.. leave their partial sums in ts; split 0 adds them in split order
-    let lane = lid % tile_lanes();
-    if split > 0u && it.ok {
-      for (var r = 0u; r < NB; r++) {
-        for (var q = 0u; q < ng; q++) {
-          ts[(((split - 1u) * tile_lanes() + lane) * NB + r) * ng + q] = acc[4u * r + q];
-        }
+  return tile_reduce(acc, lid, it.ok, ng);
+}
+
+// The KS shares of each output summed through `ts` in split order into split 0; `skip`: this
+// invocation's group is summed already (it still takes part in the barrier).
+fn tile_reduce_shared(partial: array<vec4<f32>, 16>, lid: u32, ok: bool, ng: u32, skip: bool
+                      ) -> array<vec4<f32>, 16> {
+  var acc = partial;
+  let split = lid % KS;
+  let lane = lid / KS;
+  if ok && !skip && split > 0u {
+    for (var r = 0u; r < NB; r++) {
+      for (var q = 0u; q < ng; q++) {
+        ts[(((split - 1u) * tile_lanes() + lane) * NB + r) * ng + q] = acc[4u * r + q];
       }
     }
-    workgroupBarrier();
-    if split == 0u && it.ok {
-      for (var p = 1u; p < KS; p++) {
-        for (var r = 0u; r < NB; r++) {
-          for (var q = 0u; q < ng; q++) {
-            acc[4u * r + q] += ts[(((p - 1u) * tile_lanes() + lane) * NB + r) * ng + q];
-          }
+  }
+  workgroupBarrier();
+  if ok && !skip && split == 0u {
+    for (var p = 1u; p < KS; p++) {
+      for (var r = 0u; r < NB; r++) {
+        for (var q = 0u; q < ng; q++) {
+          acc[4u * r + q] += ts[(((p - 1u) * tile_lanes() + lane) * NB + r) * ng + q];
         }
       }
     }

@@ -125,7 +125,7 @@ async function createPipeline(device, module, lay, p) {
 }
 
 // ---- 1. every module and pipeline on the null backend -------------------------------------
-const nul = await open('null', {}, ['shader-f16']);
+const nul = await open('null', {}, ['shader-f16', 'subgroups']);
 if (!nul) {
   console.error("Dawn's null backend gave no adapter");
   process.exit(2);

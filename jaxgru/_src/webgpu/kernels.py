@@ -239,7 +239,7 @@ class _Call:
         xproj = self.rt.pipeline("xproj", self.plan.xproj, self.storage, xc)
         entries = plan.recurrence_entries(self.cfg, self.plan.variant)
         consts = self._recurrence_constants()
-        kernel = plan.recurrence_kernel(self.cfg, self.plan.variant)
+        kernel = plan.recurrence_kernel(self.cfg, self.plan)
         return xproj, [self.rt.pipeline(kernel, e, self.module, consts) for e in entries]
 
     # ---- weights -----------------------------------------------------------------------

@@ -84,6 +84,9 @@ _L_STORAGE = "max-storage-buffers-per-shader-stage"
 # Not a WebGPU limit: the planner's target number of workgroups per step dispatch, carried with
 # the limits (a field of LIMIT_PROFILES; for a device, target_workgroups(adapter type)).
 TARGET = "target-workgroups"
+# Nor this: 1 where the device has the feature `subgroup` (the tiled kernels' k-split sums then
+# use subgroup shuffles, see wgsl/tile_reduce_sg.wgsl), else 0.
+SUBGROUPS = "subgroups"
 
 
 def target_of(limits: dict[str, int]) -> int:
@@ -207,6 +210,7 @@ class Plan:
       segments: steps ranges [t0, t1) of the persistent dispatches, or one per step.
       tile: the tiled variant's :class:`Tiling` (else None).
       xproj: the input projection's entry point, "xproj" or "xproj_tiled".
+      subgroups: the tiled kernels sum k splits with subgroup operations (tile_reduce_sg.wgsl).
     """
 
     variant: str
@@ -216,6 +220,7 @@ class Plan:
     segments: tuple[tuple[int, int], ...]
     tile: Tiling | None = None
     xproj: str = "xproj"
+    subgroups: bool = False
 
 
 def xproj_entry(geo: Geometry, limits: dict[str, int], n: int) -> str:
@@ -455,7 +460,8 @@ def make_plan(geo: Geometry, limits: dict[str, int], variant: str) -> Plan:
         tile = tiling(geo, limits, size)
         assert tile is not None
         nb = tile.nb
-    return Plan(variant, nb, bpw, chunks, segments, tile, xproj_entry(geo, limits, size))
+    subgroups = tile is not None and tile.split > 1 and bool(limits.get(SUBGROUPS, 0))
+    return Plan(variant, nb, bpw, chunks, segments, tile, xproj_entry(geo, limits, size), subgroups)
 
 
 # --------------------------------------------------------------------------------------
@@ -466,11 +472,11 @@ def make_plan(geo: Geometry, limits: dict[str, int], variant: str) -> Plan:
 LIMIT_PROFILES: dict[str, dict[str, int]] = {
     "discrete-gpu": {
         _L_BIND: 2_147_483_644, _L_BUFFER: 2_147_483_648, _L_WGMEM: 32_768, _L_INVOC: 1024, _L_SIZE_X: 1024,
-        _L_GRID: 65_535, _L_STORAGE: 10, TARGET: TARGET_WORKGROUPS["DiscreteGPU"],
+        _L_GRID: 65_535, _L_STORAGE: 10, TARGET: TARGET_WORKGROUPS["DiscreteGPU"], SUBGROUPS: 1,
     },
     "webgpu-default": {  # the WebGPU spec's defaults: what a device gets without asking for more
         _L_BIND: 134_217_728, _L_BUFFER: 268_435_456, _L_WGMEM: 16_384, _L_INVOC: 256, _L_SIZE_X: 256,
-        _L_GRID: 65_535, _L_STORAGE: 8, TARGET: TARGET_WORKGROUPS["IntegratedGPU"],
+        _L_GRID: 65_535, _L_STORAGE: 8, TARGET: TARGET_WORKGROUPS["IntegratedGPU"], SUBGROUPS: 0,
     },
 }
 
@@ -485,9 +491,11 @@ def recurrence_entries(cfg: RNNConfig, variant: str) -> list[str]:
     return [f"{cfg.cell}{tiled}_step"]
 
 
-def recurrence_kernel(cfg: RNNConfig, variant: str) -> str:
-    """The .wgsl file of a variant's recurrence kernels."""
-    return f"{cfg.cell}_tiled" if variant == "tiled" else cfg.cell
+def recurrence_kernel(cfg: RNNConfig, p: Plan) -> str:
+    """The kernel (``shaders.FAMILY``) of a plan's recurrence."""
+    if p.variant == "tiled":
+        return f"{cfg.cell}_tiled_sg" if p.subgroups else f"{cfg.cell}_tiled"
+    return cfg.cell
 
 
 def describe(cfg: RNNConfig, geo: Geometry, limits: dict[str, int], variant: str = "auto") -> dict[str, object]:
@@ -495,7 +503,8 @@ def describe(cfg: RNNConfig, geo: Geometry, limits: dict[str, int], variant: str
 
     Returns:
       ``variant``, ``rows_per_invocation``, ``rows_per_workgroup`` (persistent, tiled),
-      ``units_per_workgroup`` and ``k_split`` (tiled, else 0), ``chunks``,
+      ``units_per_workgroup`` and ``k_split`` (tiled, else 0), ``subgroups`` (tiled k splits
+      summed with subgroup operations), ``chunks``,
       ``dispatches`` (per call: 4 prep + per chunk the projection and the recurrence),
       ``recurrence_dispatches_per_step`` (0 for persistent: one dispatch runs many steps),
       ``workgroups_per_step_dispatch`` and ``invocations_per_workgroup`` of the recurrence,
@@ -541,6 +550,7 @@ def describe(cfg: RNNConfig, geo: Geometry, limits: dict[str, int], variant: str
         "workgroups_per_step_dispatch": workgroups,
         "invocations_per_workgroup": invocations,
         "target_workgroups": target_of(limits),
+        "subgroups": p.subgroups,
         "xproj": p.xproj,
         "xproj_workgroups": xproj_workgroups(geo, n, p.xproj),
         "r_storage": "f16" if (geo.r_itemsize or geo.itemsize) == 2 else "f32",

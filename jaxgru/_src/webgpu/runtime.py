@@ -238,11 +238,13 @@ class Runtime:
         return min(value, _LIMIT_OVERRIDES.get(name, value))
 
     def plan_limits(self) -> dict[str, int]:
-        """The limits the planner sees: every device limit (lowered by any override) and the
-        target workgroups per dispatch of this adapter type (``plan.target_workgroups``)."""
+        """The limits the planner sees: every device limit (lowered by any override), the target
+        workgroups per dispatch of this adapter type (``plan.target_workgroups``) and whether
+        the device has subgroups (``plan.SUBGROUPS``; ``limit_override(subgroups=0)`` hides them)."""
         limits = {name: self.limit(name) for name in self.limits}
         target = plan.target_workgroups(self.adapter_info.get("adapter_type", ""))
         limits[plan.TARGET] = min(target, _LIMIT_OVERRIDES.get(plan.TARGET, target))
+        limits[plan.SUBGROUPS] = min(int("subgroup" in self.features), _LIMIT_OVERRIDES.get(plan.SUBGROUPS, 1))
         return limits
 
     def layout(self, family: str) -> tuple[wgpu.GPUBindGroupLayout, wgpu.GPUPipelineLayout]:

@@ -23,12 +23,16 @@ BINDINGS: dict[str, dict[int, str]] = {
 # kernel file -> its binding family
 FAMILY = {
     "xproj": "xproj", "gru": "recurrence", "lstm": "recurrence", "gru_tiled": "recurrence",
-    "lstm_tiled": "recurrence", "prep_t": "prep", "prep_bias": "prep",
+    "lstm_tiled": "recurrence", "gru_tiled_sg": "recurrence", "lstm_tiled_sg": "recurrence",
+    "prep_t": "prep", "prep_bias": "prep",
 }
-# Tiled kernel file -> the files its module is assembled from after the recurrence prelude (the
-# cell's per-row math first, then the tiles).
-TILED = {"gru_tiled": ("gru", "recurrence_tiled", "gru_tiled"),
-         "lstm_tiled": ("lstm", "recurrence_tiled", "lstm_tiled")}
+# Tiled kernel -> the files its module is assembled from after the recurrence prelude: the
+# cell's per-row math, the tiles, the k-split reduction (workgroup memory, or subgroups for the
+# _sg kernels, which need the device feature `subgroup`), the entry points.
+TILED = {
+    f"{cell}_tiled{sg}": (cell, "recurrence_tiled", f"tile_reduce_{'sg' if sg else 'wg'}", f"{cell}_tiled")
+    for cell in ("gru", "lstm") for sg in ("", "_sg")
+}
 
 
 def wgsl_dir() -> pathlib.Path:
@@ -70,19 +74,23 @@ STORAGES = {"f32": ("f32", "f32"), "f16": ("f16", "f16"), "f32+r16": ("f32", "f1
 
 
 @functools.cache
-def source(kernel: str, storage: str) -> str:
+def source(kernel: str, storage: str, tint: bool = False) -> str:
     """The full WGSL module text of a kernel file for a storage type.
 
     Args:
       kernel: a key of ``FAMILY``.
       storage: a key of ``STORAGES``: "f32" or "f16" (the element type ``ST`` of x, weights
         and outputs, and ``RT`` of R's device copy), or "f32+r16" (ST f32, RT f16).
+      tint: the text for Tint (Dawn): the subgroup kernels start with ``enable subgroups;``,
+        which the WGSL spec and Tint require and naga (wgpu-native 29) rejects.
 
     Returns:
       The module source.
     """
     st, rt = STORAGES[storage]
     header = ("enable f16;\n" if "f16" in (st, rt) else "") + f"alias ST = {st};\nalias RT = {rt};\n"
+    if tint and kernel.endswith("_sg"):
+        header = "enable subgroups;\n" + header
     if FAMILY[kernel] == "xproj":
         return header + _read(kernel)
     if FAMILY[kernel] == "prep":
