@@ -1,4 +1,4 @@
-"""Command line: ``python -m jaxgru {info,demo,bench} [--help]``."""
+"""Command line: ``python -m jaxgru {info,demo,bench,plan} [--help]``."""
 
 from __future__ import annotations
 
@@ -174,7 +174,29 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(fn=_bench)
 
 
-SUBCOMMANDS = (_add_info, _add_demo, _add_bench)
+def _plan(args: argparse.Namespace) -> int:
+    from jaxgru._src.webgpu import plan_report
+
+    print(plan_report.table(args.limits, seq_length=args.length))
+    return 0
+
+
+def _add_plan(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from jaxgru._src.webgpu.plan import LIMIT_PROFILES
+
+    p = sub.add_parser(
+        "plan", help="the WGSL kernels' plan (variant, workgroups, R traffic) per shape, without a GPU",
+        description="Print, for GRU and LSTM at N in {1, 16, 64} and H in {256, 512, 1024} (I = H), the "
+        "stepwise plan and the automatic plan under a limit profile: workgroups per step dispatch, "
+        "invocations per workgroup, the tiling, and the bytes of R read per step (jaxgru.webgpu.plan_for).",
+    )
+    p.add_argument("--limits", choices=(*LIMIT_PROFILES, "device"), default="discrete-gpu",
+                   help="limit profile ('device': the current adapter's)")
+    p.add_argument("--length", type=_positive, default=128, help="sequence length L")
+    p.set_defaults(fn=_plan)
+
+
+SUBCOMMANDS = (_add_info, _add_demo, _add_bench, _add_plan)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ def _run(*args, timeout=300):
                           timeout=timeout, check=False)
 
 
-@pytest.mark.parametrize("cmd", [[], ["info"], ["demo"], ["bench"]])
+@pytest.mark.parametrize("cmd", [[], ["info"], ["demo"], ["bench"], ["plan"]])
 def test_help(cmd):
     out = _run(*cmd, "--help")
     assert out.returncode == 0 and "usage" in out.stdout
@@ -33,6 +33,16 @@ def test_info_text():
     out = _run("info")
     assert out.returncode == 0, out.stderr
     assert "backend='auto' ->" in out.stdout and "JAX devices" in out.stdout
+
+
+def test_plan_prints_the_before_and_after_table():
+    out = _run("plan")
+    assert out.returncode == 0, out.stderr
+    rows = [line.split(" | ") for line in out.stdout.splitlines() if line.startswith(("| GRU", "| LSTM"))]
+    assert len(rows) == 2 * 3 * 3  # cells x N x H
+    # LSTM N=64 H=512: stepwise 32 workgroups reading R (4 MiB) 16 times; tiled 256 workgroups
+    row = next(r for r in rows if r[:3] == ["| LSTM", "64", "512"])
+    assert row[3:6] == ["32", "64.0", "tiled"] and row[6] == "256"
 
 
 def test_unknown_command_fails():

@@ -2,7 +2,8 @@
 # The prepared GPU run (at most ~8 minutes): the WGSL tests and the benchmarks on whatever WebGPU
 # adapter is present (an NVIDIA GPU through Vulkan on the device machine), with PyTorch CUDA (cuDNN)
 # and jaxgru-xla as peers where available. Writes benchmarks/results/gpu_*.json (or under $OUT when
-# set) and prints the planner thresholds the measured timings would choose.
+# set) and prints the planner's figures (python -m jaxgru plan) and the thresholds the measured
+# timings would choose (persistent / stepwise / tiled).
 #
 #   bash benchmarks/gpu/run.sh            # from the repository root
 #
@@ -27,6 +28,8 @@ step() { echo "== $1"; shift; "$@" || { echo "!! failed ($?): $*"; status=1; }; 
 
 step "adapters and backend choice" timeout 60 $PY -m jaxgru info
 $PY -m jaxgru info --json > "$RESULTS/gpu_info.json" || status=1
+step "planner figures (discrete-GPU profile, then this adapter's limits)" timeout 60 $PY -m jaxgru plan
+step "planner figures on this adapter" timeout 60 $PY -m jaxgru plan --limits device
 step "WGSL tests" timeout 240 $PY -m pytest -q -x -p no:cacheprovider tests/test_webgpu_kernels.py \
     tests/test_wgsl_backend.py tests/test_webgpu_plan.py --junitxml="$RESULTS/gpu_tests.xml"
 step "host path and per-call costs" timeout 90 $PY benchmarks/wgsl_overhead.py --repeats 7 --out "$RESULTS/gpu_wgsl_overhead.json"

@@ -24,6 +24,12 @@ from wgsl_overhead import operands
 
 from jaxgru._src.webgpu import kernels, plan, runtime
 
+
+def plan_for(cell: str, hidden: int, batch: int, length: int = 64) -> str:
+    """The variant ``auto`` picks on this adapter (compare with the winner: re-tunes the rule)."""
+    return str(plan.plan_for(cell, seq_length=length, batch=batch, input_size=hidden, hidden_size=hidden,
+                             limits="device")["variant"])
+
 HIDDEN = (32, 64, 128, 256)
 BATCH = (1, 4, 16, 64)
 
@@ -78,7 +84,8 @@ def main() -> None:
                 winner = min(med, key=med.get) if med else None
                 rows.append({"cell": cell, "L": args.length, "N": n, "H": h, "median_ms": {k: v * 1e3 for k, v in
                              med.items()}, "winner": winner})
-                print(cell, f"N={n} H={h}", {k: f"{v * 1e3:.2f} ms" for k, v in med.items()}, "->", winner)
+                print(cell, f"N={n} H={h}", {k: f"{v * 1e3:.2f} ms" for k, v in med.items()}, "->", winner,
+                      f"(auto: {plan_for(cell, h, n)})")
     chosen = thresholds(rows)
     current = {"PERSISTENT_MAX_HIDDEN": plan.PERSISTENT_MAX_HIDDEN, "PERSISTENT_MAX_STATE": plan.PERSISTENT_MAX_STATE}
     info = runtime.runtime().adapter_info
@@ -86,8 +93,11 @@ def main() -> None:
     print(f"thresholds these timings choose: {chosen} (plan.py today: {current})")
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    tiled_wins = [f"{r['cell']} N={r['N']} H={r['H']}" for r in rows if r.get("winner") == "tiled"]
+    print(f"tiled won at: {', '.join(tiled_wins) or 'no shape'} (plan.TARGET_WORKGROUPS: {plan.TARGET_WORKGROUPS})")
     out.write_text(json.dumps({"adapter": {k: info[k] for k in ("name", "adapter_type", "backend_type")},
-                               "rows": rows, "thresholds": chosen, "current": current}, indent=2))
+                               "rows": rows, "thresholds": chosen, "current": current, "tiled_wins": tiled_wins},
+                              indent=2))
     print(f"wrote {out}")
 
 

@@ -356,6 +356,9 @@ def choose_variant(geo: Geometry, limits: dict[str, int], variant: str) -> tuple
     """
     if variant not in VARIANTS:
         raise ValueError(f"jaxgru wgsl: variant must be one of {VARIANTS}; got {variant!r}.")
+    # Merge note (projected LSTM, branch h-proj): the tiled kernels have no `proj` operand yet, so
+    # an LSTM with a projection must not be tiled: make `tile = None` here when it has one (and
+    # let variant="tiled" raise), e.g. `tile = tiling(geo, limits) if not geo.proj else None`.
     if variant in ("auto", "tiled"):
         tile = tiling(geo, limits)
         if variant == "tiled" and tile is None:
