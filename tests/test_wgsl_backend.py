@@ -20,7 +20,7 @@ from oracles import random_case
 import jaxgru
 from jaxgru._src import backends
 from jaxgru._src.activations import NAMES, lookup
-from jaxgru._src.webgpu import counters, runtime
+from jaxgru._src.webgpu import counters, plan, runtime
 
 pytestmark = pytest.mark.wgsl
 F32 = dict(atol=1e-5, rtol=1e-4)
@@ -75,6 +75,26 @@ def test_feature_matrix_matches_xla(name, opts, layout):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=F32["atol"] * scale, rtol=F32["rtol"])
 
 
+# one of each cell variant, direction and layout
+TILED = [m for m in MATRIX if m[0] in ("gru-linear_before_reset0-bidirectional-l0",
+                                        "gru-linear_before_reset1-reverse-l1",
+                                        "lstm-peepTrue-input_forget1-bidirectional-l1")]
+
+
+@pytest.mark.parametrize(("name", "opts", "layout"), TILED, ids=[m[0] for m in TILED])
+def test_auto_tiled_matches_xla(name, opts, layout, monkeypatch):
+    """The tiled kernels through the public API, as auto picks them on a GPU-class target (patched
+    in: lavapipe's target of 1 keeps stepwise), under jit."""
+    monkeypatch.setitem(plan.TARGET_WORKGROUPS, runtime.runtime().adapter_info["adapter_type"], 256)
+    monkeypatch.setattr(plan, "PERSISTENT_MAX_HIDDEN", 0)
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    case = random_case(rng, name.split("-")[0], L=5, N=4, I=3, H=5, scale=0.4, **opts)
+    want, got = jax.block_until_ready(_both(case, layout))
+    assert counters.counters()["last"]["variant"] == "tiled"
+    for w, g in zip(want, got, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=F32["atol"], rtol=F32["rtol"])
+
+
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_float16_and_bfloat16(cell):
     rng = np.random.default_rng(1)
@@ -111,8 +131,12 @@ def _problem(cell="lstm"):
     return fn, params, x, lens
 
 
+@pytest.mark.parametrize("variant", ["auto", "tiled"])
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
-def test_grad_jit_vmap_on_wgsl(cell):
+def test_grad_jit_vmap_on_wgsl(cell, variant, monkeypatch):
+    if variant == "tiled":  # as auto picks it on a GPU-class target (lavapipe's target of 1 keeps stepwise)
+        monkeypatch.setitem(plan.TARGET_WORKGROUPS, runtime.runtime().adapter_info["adapter_type"], 256)
+        monkeypatch.setattr(plan, "PERSISTENT_MAX_HIDDEN", 0)
     fn, params, x, lens = _problem(cell)
     call = lambda be: lambda p, x: fn(p, x, direction="bidirectional", sequence_lens=lens, backend=be)
     loss = lambda be: lambda p, x: sum(jnp.sum(jnp.sin(o)) for o in call(be)(p, x))
@@ -127,6 +151,7 @@ def test_grad_jit_vmap_on_wgsl(cell):
     ens = jax.tree.map(lambda a: jnp.stack([a, 0.5 * a]), params)
     e = jax.vmap(call("wgsl"), in_axes=(0, None))(ens, x)
     chex.assert_trees_all_close(e, jax.vmap(call("xla"), in_axes=(0, None))(ens, x), **F32)
+    assert counters.counters()["last"]["variant"] == (variant if variant == "tiled" else "persistent")
 
 
 def test_the_callback_is_zero_copy_buffer_callback():

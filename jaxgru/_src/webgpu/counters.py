@@ -30,7 +30,7 @@ class CallStats:
       host_wait_s: from submit until the read-back buffer is mapped (includes GPU time).
       host_readback_s: copying mapped bytes out and assembling the outputs.
       host_total_s: wall time of the whole call.
-      variant: the recurrence variant used ("persistent" or "stepwise").
+      variant: the recurrence variant used ("persistent", "stepwise" or "tiled").
     """
 
     calls: int = 0
@@ -96,7 +96,7 @@ def counters() -> dict[str, dict]:
         ``dispatches``, ``passes``, ``submits``, ``bytes_uploaded``, ``bytes_read_back``,
         ``gpu_ns`` (None unless ``jaxgru.webgpu.set_timestamps`` turned timestamps on), the
         host times ``host_prepare_s``, ``host_upload_s``, ``host_record_s``, ``host_wait_s``,
-        ``host_readback_s``, ``host_total_s`` (seconds), and ``variant`` (``"persistent"`` or
+        ``host_readback_s``, ``host_total_s`` (seconds), and ``variant`` (``"persistent"``, ``"tiled"`` or
         ``"stepwise"``). They are copies: later calls do not change them.
 
     Examples:
