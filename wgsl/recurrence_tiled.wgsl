@@ -105,23 +105,25 @@ fn tile_matvec(tile: Tile, it: Item, lid: u32, s: u32, g0: u32, ng: u32) -> arra
   return tile_reduce(acc, lid, it.ok, ng);
 }
 
-// The KS shares of each output summed through `ts` in split order into split 0; `skip`: this
-// invocation's group is summed already (it still takes part in the barrier).
-fn tile_reduce_shared(partial: array<vec4<f32>, 16>, lid: u32, ok: bool, ng: u32, skip: bool
+// The KS shares of each output summed through `ts` into split 0: the shares of splits that are
+// multiples of `step` (each already holding the sum of its run of `step` splits, step a power of
+// two dividing KS; 1 when nothing was summed), in split order. Every invocation takes part (barrier).
+fn tile_reduce_shared(partial: array<vec4<f32>, 16>, lid: u32, ok: bool, ng: u32, step: u32
                       ) -> array<vec4<f32>, 16> {
   var acc = partial;
   let split = lid % KS;
   let lane = lid / KS;
-  if ok && !skip && split > 0u {
+  let slot = split / step;  // the share's index among the KS/step shares
+  if ok && split % step == 0u && slot > 0u {
     for (var r = 0u; r < NB; r++) {
       for (var q = 0u; q < ng; q++) {
-        ts[(((split - 1u) * tile_lanes() + lane) * NB + r) * ng + q] = acc[4u * r + q];
+        ts[(((slot - 1u) * tile_lanes() + lane) * NB + r) * ng + q] = acc[4u * r + q];
       }
     }
   }
   workgroupBarrier();
-  if ok && !skip && split == 0u {
-    for (var p = 1u; p < KS; p++) {
+  if ok && split == 0u {
+    for (var p = 1u; p < KS / step; p++) {
       for (var r = 0u; r < NB; r++) {
         for (var q = 0u; q < ng; q++) {
           acc[4u * r + q] += ts[(((p - 1u) * tile_lanes() + lane) * NB + r) * ng + q];

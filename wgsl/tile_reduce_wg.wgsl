@@ -6,7 +6,7 @@
 
 fn tile_reduce(acc: array<vec4<f32>, 16>, lid: u32, ok: bool, ng: u32) -> array<vec4<f32>, 16> {
   if KS > 1u {
-    return tile_reduce_shared(acc, lid, ok, ng, false);
+    return tile_reduce_shared(acc, lid, ok, ng, 1u);
   }
   return acc;
 }
