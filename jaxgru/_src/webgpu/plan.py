@@ -13,10 +13,10 @@ Vulkan, 2 cores) and must be re-tuned on a GPU, as must the tiled rule.
 Tiled plan (:func:`tiling`): a step's h·Rᵀ is a GEMM [N, H] x [H, G·H]; a workgroup owns ``TR``
 batch rows x ``TU`` vec4s of hidden units (all G gates of them, so the gate math stays local) of
 one direction, stages its rows of h through workgroup memory ``KT4`` vec4s of k at a time, and
-reads only its units' columns of R. ``KS`` invocations split each output's k sum (reduced in
-workgroup memory). Among the tilings the limits allow, the planner takes the one that reaches
-the target (or the most workgroups short of it) with the least L2 traffic per step
-(R read ceil(N/TR) times + h read ceil(H4/TU) times).
+reads only its units' columns of R. ``KS`` invocations split each output's k sum (reduced with
+subgroup shuffles where the device has them, else in workgroup memory). Among the tilings the
+limits allow, the planner takes the one that reaches the target (or the most workgroups short
+of it) with the least L2 traffic per step (R read ceil(N/TR) times + h read ceil(H4/TU) times).
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ TILED_KT4 = 8
 # Workgroups a dispatch should have to fill the device, by adapter type: ~2 per compute unit of
 # a large discrete GPU (an H200 has 132 SMs), fewer for integrated and virtual GPUs. A CPU
 # driver (lavapipe: one workgroup per thread, barriers costly) gets 1, so that auto never picks
-# tiled there: on lavapipe (2 cores) tiled was 1.1-2.3x slower than stepwise at every shape
-# measured (docs/wgsl.md). Unknown types: TARGET_WORKGROUPS_OTHER.
+# tiled there: on lavapipe (2 cores) tiled lost 1.1-2.3x to stepwise at small shapes and was
+# level at N=64 H=512 (docs/wgsl.md). Unknown types: TARGET_WORKGROUPS_OTHER.
 TARGET_WORKGROUPS = {"DiscreteGPU": 256, "IntegratedGPU": 64, "VirtualGPU": 64, "CPU": 1}
 TARGET_WORKGROUPS_OTHER = 64
 
@@ -203,7 +203,7 @@ class Plan:
     """How a call runs.
 
     Attributes:
-      variant: "persistent" or "stepwise".
+      variant: "persistent", "stepwise" or "tiled".
       nb: batch rows per invocation.
       bpw: batch rows per workgroup (persistent only, else 0).
       chunks: batch ranges [n0, n1) run as separate jobs (all in one command buffer).
@@ -440,7 +440,7 @@ def make_plan(geo: Geometry, limits: dict[str, int], variant: str) -> Plan:
     Args:
       geo: its geometry (one member).
       limits: device limits (hyphenated names), already lowered by any override.
-      variant: "auto", "persistent" or "stepwise".
+      variant: "auto", "persistent", "stepwise" or "tiled".
 
     Raises:
       ValueError: a single batch row or the weights exceed a device limit, the device binds too
