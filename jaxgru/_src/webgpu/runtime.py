@@ -457,7 +457,9 @@ def limit_override(**limits: int) -> Iterator[None]:
     Creates no device.
 
     Args:
-      **limits: limit names with ``_`` for ``-`` (``max_storage_buffer_binding_size=1 << 16``).
+      **limits: limit names with ``_`` for ``-`` (``max_storage_buffer_binding_size=1 << 16``),
+        and the planner's ``target_workgroups`` (workgroups per step dispatch it aims for) and
+        ``subgroups`` (0: plan as if the device had no subgroups).
 
     Returns:
       A context manager yielding None.
