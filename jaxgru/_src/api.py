@@ -100,13 +100,16 @@ def _layer(cell: str, fname: str, params: Any, x: Any, states: Mapping[str, Any]
         if name not in state_ops:
             raise TypeError(f"{fname}: {name} is not an argument of the {cell.upper()}.")
     peepholes = bool(cs.peepholes) and params.p is not None
-    cfg = make_config(cell, fname, ragged=sequence_lens is not None, peepholes=peepholes, **options)
+    proj = cs.projection and params.proj is not None
+    cfg = make_config(cell, fname, ragged=sequence_lens is not None, peepholes=peepholes, proj=proj, **options)
     r = _array(fname, "params.r", params.r)
     shapes.check_rank(fname, "x", x, 3, shapes.x_meaning(cfg.layout))
     shapes.check_rank(fname, "params.r", r, 3, "(num_directions, gates*hidden, hidden)")
+    shapes.check_projected_r(fname, cfg, r)
     length, batch, isize, hidden, d = shapes.sizes(cfg, x, r)
-    given = {f: _array(fname, f"params.{f}", getattr(params, f)) for f in cs.param_fields
-             if getattr(params, f) is not None}
+    out = shapes.out_size(cfg, r)
+    given = {f: _array(fname, f"params.{f}", getattr(params, f)) for f in (*cs.param_fields, "proj")
+             if getattr(params, f, None) is not None}
     for name, v in states.items():
         if v is not None:
             given[state_ops[name].field] = v = _array(fname, name, v)
@@ -118,11 +121,13 @@ def _layer(cell: str, fname: str, params: Any, x: Any, states: Mapping[str, Any]
         for a in given.values():
             dtype = jnp.promote_types(dtype, a.dtype)
     dtype = jax.dtypes.canonicalize_dtype(dtype)
+    # absent weights are zeros (an absent proj is no operand at all: cells.operands_for)
     zeros = {f: s for f, (s, _) in cs.param_shapes(d, hidden, isize).items()}
-    zeros.update({o.field: shapes.state_shape(cfg, batch, hidden) for o in cs.state_operands})
+    zeros.update({o.field: shapes.state_shape(cfg, batch, cs.state_size(o.field, hidden, out))
+                  for o in cs.state_operands})
     values = {"x": x, "lens": _lens(fname, sequence_lens, batch, length), **given}
     operands = []
-    for o in cs.operands:
+    for o in cs.operands_for(cfg):
         v = values.get(o.field)
         if o.kind == "lens":
             operands.append(v)
