@@ -130,7 +130,10 @@ def test_converter_mappings_come_from_the_table():
 def test_cell_tables():
     assert cells.GRU.num_gates == 3 and cells.LSTM.num_gates == 4
     assert cells.GRU.operand_names == ("x", "params.w", "params.r", "params.b", "initial_h", "sequence_lens")
-    assert cells.LSTM.param_fields == ("w", "r", "b", "p")
+    assert cells.LSTM.param_fields == ("w", "r", "b", "p", "proj")
+    # proj is an optional operand: only a projected call has it, just before sequence_lens
+    assert [o.field for o in cells.LSTM.operands_for(options.RNNConfig("lstm", proj=True))][-2:] == ["proj", "lens"]
+    assert cells.LSTM.operands_for(options.RNNConfig("lstm")) == cells.LSTM.operands
     assert [o.name for o in cells.LSTM.state_operands] == ["initial_h", "initial_c"]
     for cell in CELLS:
         params_cls = jaxgru.GRUParams if cell == "gru" else jaxgru.LSTMParams

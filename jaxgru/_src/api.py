@@ -108,8 +108,8 @@ def _layer(cell: str, fname: str, params: Any, x: Any, states: Mapping[str, Any]
     shapes.check_projected_r(fname, cfg, r)
     length, batch, isize, hidden, d = shapes.sizes(cfg, x, r)
     out = shapes.out_size(cfg, r)
-    given = {f: _array(fname, f"params.{f}", getattr(params, f)) for f in (*cs.param_fields, "proj")
-             if getattr(params, f, None) is not None}
+    given = {f: _array(fname, f"params.{f}", getattr(params, f)) for f in cs.param_fields
+             if getattr(params, f) is not None}
     for name, v in states.items():
         if v is not None:
             given[state_ops[name].field] = v = _array(fname, name, v)
@@ -212,8 +212,10 @@ def lstm(
     """The ONNX ``LSTM`` operator (opset 22): an LSTM layer over a whole sequence.
 
     Args:
-      params: ``LSTMParams(w [D,4H,I], r [D,4H,H], b [D,8H] | None, p [D,3H] | None)``,
-        gates i, o, f, c; peepholes i, o, f.
+      params: ``LSTMParams(w [D,4H,I], r [D,4H,H], b [D,8H] | None, p [D,3H] | None,
+        proj [D,P,H] | None)``, gates i, o, f, c; peepholes i, o, f. With ``proj`` (PyTorch's
+        ``proj_size``) ``r`` is ``[D,4H,P]`` and h = proj·(o ⊙ h(c)): ``y``, ``y_h`` and
+        ``initial_h`` have P features, ``y_c`` and ``initial_c`` keep H.
       x: inputs ``[L, N, I]`` (layout 0) or ``[N, L, I]`` (layout 1).
       initial_h: ``[D, N, H]`` (layout 0) or ``[N, D, H]`` (layout 1); zeros if None.
       initial_c: like ``initial_h``, the initial cell state.
@@ -268,10 +270,14 @@ def _cell(cell: str, fname: str, params: Any, x_t: Any, states: dict[str, Any], 
     # name the cell's own arguments (the layer below would report initial_h / initial_c / x)
     shapes.check_float(fname, "x_t", x_t)
     r = _array(fname, "params.r", params.r)
+    projected = getattr(params, "proj", None) is not None  # h has R's P features, c keeps H
     for name, s in arrays.items():
         shapes.check_float(fname, name, s)
         if len(r.shape) == 3:
-            shapes.check_shape(fname, name, s, (x_t.shape[0], r.shape[-1]), "(batch, hidden)")
+            width, meaning = r.shape[-1], "(batch, proj_size)" if projected else "(batch, hidden)"
+            if projected and name == "c":
+                width, meaning = r.shape[1] // spec(cell).num_gates, "(batch, hidden)"
+            shapes.check_shape(fname, name, s, (x_t.shape[0], width), meaning)
     initial = {o.name: jnp.asarray(s)[None] for o, s in zip(spec(cell).state_operands, arrays.values())}
     return _layer(cell, fname, params, x_t[None], initial, None, options)[1:]
 
@@ -301,13 +307,14 @@ def lstm_cell(
     Args:
       params: a one-direction ``LSTMParams``.
       x_t: inputs ``[N, I]``.
-      h: previous hidden state ``[N, H]``.
+      h: previous hidden state ``[N, H]`` (``[N, P]`` with a projection ``params.proj``).
       c: previous cell state ``[N, H]``.
       **options: ``input_forget``, ``activations``, ``activation_alpha``, ``activation_beta``,
         ``clip``, ``backend`` as in ``lstm``.
 
     Returns:
-      ``(h, c)``, the new hidden and cell states ``[N, H]``.
+      ``(h, c)``, the new hidden and cell states ``[N, H]`` (with ``params.proj``: h
+      ``[N, P]``, c ``[N, H]``).
     """
     y_h, y_c = _cell("lstm", "jaxgru.lstm_cell", params, x_t, {"h": h, "c": c}, options)
     return y_h[0], y_c[0]

@@ -142,8 +142,8 @@ class CellSpec:
 
     @property
     def param_fields(self) -> tuple[str, ...]:
-        """The weights' fields (w, r, b[, p]), as in GRUParams / LSTMParams."""
-        return tuple(o.field for o in self.operands if o.kind == "param")
+        """The weights' fields (w, r, b[, p, proj]), as in GRUParams / LSTMParams."""
+        return tuple(o.field for o in self.operands if o.kind == "param") + (("proj",) if self.projection else ())
 
     @property
     def state_operands(self) -> tuple[Operand, ...]:
