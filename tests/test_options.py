@@ -12,7 +12,7 @@ import jaxgru
 import jaxgru.equinox
 import jaxgru.flax
 from jaxgru._src import cells, options
-from jaxgru._src.modules import MODULE_OPTIONS, module_options
+from jaxgru._src.modules import CELL_SIZES, MODULE_OPTIONS, module_options
 from jaxgru._src.webgpu import shaders
 from jaxgru.interop import _onnx, _torch
 
@@ -69,9 +69,10 @@ def test_module_signature_is_the_table(framework, cell):
     want = {"num_layers": 1, "bidirectional": False}
     want.update({n: options.OPTIONS_BY_NAME[n].default for n in module_options(cell)})
     want.update(MODULE_OPTIONS)  # the module-level (stack) options, not in the layer table
+    want.update(CELL_SIZES[cell])  # the cell's own sizes (LSTM's proj_size): weight shapes, not options
     assert {k: v for k, v in kw.items() if k not in tail} == want
     assert list(kw)[-len(tail):] == list(tail)
-    assert set(module_options(cell)) | set(MODULE_OPTIONS) | set(tail) <= _documented_args(cls)
+    assert set(module_options(cell)) | set(MODULE_OPTIONS) | set(CELL_SIZES[cell]) | set(tail) <= _documented_args(cls)
     assert cls.cell == cell
 
 
