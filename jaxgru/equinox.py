@@ -34,8 +34,8 @@ from jaxgru._src.modules import (
     MODULE_OPTIONS,
     ModuleSpec,
     check_converted,
-    converted_sizes,
     check_flag,
+    converted_sizes,
     module_options,
     spec_attribute,
     states_for,
@@ -361,7 +361,8 @@ class LSTM(_Stack):
         key: jax.Array,
     ) -> None:
         self._setup(input_size, hidden_size, num_layers, bidirectional,
-                    pick((*module_options("lstm"), *MODULE_OPTIONS, *CELL_SIZES["lstm"]), locals()), inference, dtype, key)
+                    pick((*module_options("lstm"), *MODULE_OPTIONS, *CELL_SIZES["lstm"]), locals()),
+                    inference, dtype, key)
 
     def __call__(
         self,

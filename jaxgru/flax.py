@@ -30,8 +30,8 @@ from jaxgru._src.modules import (
     MODULE_OPTIONS,
     ModuleSpec,
     check_converted,
-    converted_sizes,
     check_flag,
+    converted_sizes,
     module_options,
     spec_attribute,
     states_for,
@@ -370,7 +370,8 @@ class LSTM(_Stack):
         rngs: nnx.Rngs,
     ) -> None:
         self._setup(input_size, hidden_size, num_layers, bidirectional,
-                    pick((*module_options("lstm"), *MODULE_OPTIONS, *CELL_SIZES["lstm"]), locals()), deterministic, dtype, param_dtype, rngs)
+                    pick((*module_options("lstm"), *MODULE_OPTIONS, *CELL_SIZES["lstm"]), locals()),
+                    deterministic, dtype, param_dtype, rngs)
 
     def __call__(
         self,
