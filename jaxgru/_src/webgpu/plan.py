@@ -60,6 +60,7 @@ class Geometry:
       L, N, I, H, D: steps, batch, input size, hidden size, directions.
       itemsize: bytes per element of ``ST`` (x, weights, outputs): 2 for f16 storage, else 4.
       K: residual blocks of H per step (GRU lbr=0: 3, lbr=1: 4, LSTM: 5); 0 without residuals.
+      P: an LSTM's projection size (features of h and Y; R is ``[D, G·H, P]``), 0 for none.
     """
 
     cell: str
@@ -71,6 +72,27 @@ class Geometry:
     D: int
     itemsize: int
     K: int
+    P: int = 0
+
+    @property
+    def out(self) -> int:
+        """Features of h, Y and Y_h: P with a projection, else H."""
+        return self.P or self.H
+
+    @property
+    def PP(self) -> int:
+        """``out`` padded to vec4s: the rows of rt."""
+        return 4 * -(-self.out // 4)
+
+    @property
+    def S4(self) -> int:
+        """vec4s per row of a state slot (h has ``out`` features, c and m have H)."""
+        return max(self.H4, self.PP // 4)
+
+    @property
+    def final_widths(self) -> tuple[int, ...]:
+        """Features of each final state: Y_h (``out``), then Y_c (H) for LSTM."""
+        return (self.out, self.H)[: self.finals]
 
     @property
     def G(self) -> int:
@@ -91,8 +113,8 @@ class Geometry:
 
     @property
     def slots(self) -> int:
-        """State slots (see recurrence_common.wgsl): 2 for h, then c or z and r⊙h."""
-        return 3 if self.cell == "lstm" else 4
+        """State slots (see recurrence_common.wgsl): 2 for h, then c or z and r⊙h (or c and m)."""
+        return 3 if self.cell == "lstm" and not self.P else 4
 
     def row_bytes(self) -> dict[str, int]:
         """Bytes per batch row of every per-call device buffer."""
@@ -100,28 +122,35 @@ class Geometry:
         out = {
             "x": L * I * s,
             "xp": D * L * self.G * self.HP * 4,
-            "y": L * D * H * s,
-            "yfinal": self.finals * D * H * s,
-            "state": self.slots * D * self.HP * 4,
+            "y": L * D * self.out * s,
+            "yfinal": sum(self.final_widths) * D * s,
+            "state": self.slots * D * 4 * self.S4 * 4,
         }
         if self.K:
             out["res"] = D * L * self.K * H * 4
         return out
 
     def weight_bytes(self) -> dict[str, int]:
-        """Bytes of the device copies of the weights."""
+        """Bytes of the device copies of the weights (an LSTM's projt shares rt's buffer)."""
         D, I, G, HP, s = self.D, self.I, self.G, self.HP, self.itemsize  # noqa: E741
+        projt = D * HP * self.PP * s if self.P else 0
         return {
-            "wt": D * I * G * HP * s, "rt": D * HP * G * HP * s, "xb": D * G * HP * 4, "pr": D * 3 * HP * 4,
+            "wt": D * I * G * HP * s, "rt": D * self.PP * G * HP * s + projt, "xb": D * G * HP * 4,
+            "pr": D * 3 * HP * 4,
         }
 
+    @property
+    def projt_offset(self) -> int:
+        """vec4 offset of projt in the rt buffer (after rt [D, PP, G, H4])."""
+        return self.D * self.PP * self.G * self.H4
 
-def geometry(cfg: RNNConfig, x_shape: tuple[int, ...], hidden: int, residuals: bool, itemsize: int
-             ) -> Geometry:
-    """The :class:`Geometry` of a call from x's shape (one member) and the hidden size."""
+
+def geometry(cfg: RNNConfig, x_shape: tuple[int, ...], hidden: int, residuals: bool, itemsize: int,
+             proj_size: int = 0) -> Geometry:
+    """The :class:`Geometry` of a call from x's shape (one member), the hidden and projection sizes."""
     L, N = (x_shape[0], x_shape[1]) if cfg.layout == 0 else (x_shape[1], x_shape[0])
     k = spec(cfg.cell).residuals(cfg) if residuals else 0
-    return Geometry(cfg.cell, cfg.layout, L, N, x_shape[2], hidden, cfg.num_directions, itemsize, k)
+    return Geometry(cfg.cell, cfg.layout, L, N, x_shape[2], hidden, cfg.num_directions, itemsize, k, proj_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +206,11 @@ def choose_variant(geo: Geometry, limits: dict[str, int], variant: str) -> tuple
     if variant not in VARIANTS:
         raise ValueError(f"jaxgru wgsl: variant must be one of {VARIANTS}; got {variant!r}.")
     nb = rows_per_invocation(geo, limits)
+    if geo.P:  # the projection runs as a second dispatch per step: stepwise only (for now)
+        if variant == "persistent":
+            raise ValueError("jaxgru wgsl: the persistent kernel has no LSTM projection (proj) yet; use "
+                             "variant='stepwise' or 'auto'.")
+        return "stepwise", rows_per_invocation(geo), 0
     bpw = persistent_rows(geo, limits, nb)
     if variant == "persistent" and not bpw:
         raise ValueError(
@@ -283,6 +317,8 @@ def recurrence_entries(cfg: RNNConfig, variant: str) -> list[str]:
         return [f"{cfg.cell}_persistent"]
     if cfg.cell == "gru" and not cfg.linear_before_reset:
         return ["gru_gates_zr", "gru_step"]  # r ⊙ h needs all of r before the h-gate
+    if cfg.cell == "lstm" and cfg.proj:
+        return ["lstm_step", "lstm_proj"]  # proj·(o ⊙ h(c)) needs all of o ⊙ h(c)
     return [f"{cfg.cell}_step"]
 
 
