@@ -222,6 +222,7 @@ def _check_layers(fname: str, layers, cell: str, d: int):
     r0 = C.to_numpy(fname, "layers[0].r", layers[0].r)
     hidden = r0.shape[1] // g if proj_size and r0.ndim == 3 else r0.shape[-1]
     width = proj_size or hidden  # features of h: what R reads and the next layer gets
+    what = "proj_size" if proj_size else "hidden"
     input_size = 0  # set by layer 0
     for k, p in enumerate(layers):
         w = C.to_numpy(fname, f"layers[{k}].w", p.w)
@@ -232,11 +233,11 @@ def _check_layers(fname: str, layers, cell: str, d: int):
             input_size = i
         elif i != d * width:
             raise ValueError(f"{fname}: layers[{k}].w must read the previous layer's outputs, input "
-                             f"size num_directions*{'proj_size' if proj_size else 'hidden'}={d * width}; got {i}.")
+                             f"size num_directions*{what}={d * width}; got {i}.")
         C.check_shape(fname, f"layers[{k}].w", w, (d, g * hidden, i),
                       "(num_directions, gates*hidden, input_size)")
         C.check_shape(fname, f"layers[{k}].r", r, (d, g * hidden, width),
-                      f"(num_directions, gates*hidden, {'proj_size' if proj_size else 'hidden'})")
+                      f"(num_directions, gates*hidden, {what})")
         pj = None
         if proj_size:
             pj = C.to_numpy(fname, f"layers[{k}].proj", p.proj)
