@@ -130,7 +130,8 @@ def _uniform_init(
     fields = ("w", "r", "b", "proj") if proj_size else ("w", "r", "b")  # no peepholes: p stays None
     keys = jax.random.split(key, len(fields))
     drawn = {f: jax.random.uniform(k, param_shapes[f][0], dtype, -bound, bound) for k, f in zip(keys, fields)}
-    return [drawn["w"], drawn["r"], drawn["b"]] + ([None, drawn["proj"]] if proj_size else [])
+    out: list[jax.Array | None] = [drawn["w"], drawn["r"], drawn["b"]]
+    return out + ([None, drawn["proj"]] if proj_size else [])
 
 
 def init_gru(

@@ -114,7 +114,8 @@ def tangent_transpose(p: Primitives, cts: Sequence[Any], *args: Any, cfg: RNNCon
 def _signature(role: Role, cfg: RNNConfig, residuals: bool = False) -> tuple[tuple[Kind, ...], tuple[Kind, ...]]:
     """Kinds of a primitive's operands and outputs (from the cell's table)."""
     s = spec(cfg.cell)
-    fwd, outs = tuple(o.kind for o in s.operands_for(cfg)), s.outputs
+    fwd: tuple[Kind, ...] = tuple(o.kind for o in s.operands_for(cfg))
+    outs = s.outputs
     floats: tuple[Kind, ...] = tuple(k for k in fwd if k != "lens")
     extra: tuple[Kind, ...] = ("y", "res")
     if role == "forward":

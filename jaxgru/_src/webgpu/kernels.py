@@ -248,7 +248,8 @@ class _Call:
             preps.append(_Prep("prep_t", {**base, "KIN": k_in, "KOUT": k_out}, raw[src], dev[name],
                                geo.D * k_out * geo.G * geo.H4))
         if m.proj is not None:  # projt [D, HP, P4] after rt: prep_t with one "gate" of P rows
-            consts = {**base, "G": 1, "H": geo.P, "KIN": geo.H, "KOUT": geo.HP, "OUT_OFF": geo.projt_offset}
+            consts: dict[str, float] = {**base, "G": 1, "H": geo.P, "KIN": geo.H, "KOUT": geo.HP,
+                                        "OUT_OFF": geo.projt_offset}
             preps.append(_Prep("prep_t", consts, self._upload(m.proj), dev["rt"], geo.D * geo.HP * geo.PP // 4))
         for name, lay in host.bias_layouts(self.cfg, geo).items():
             preps.append(_Prep("prep_bias", {**base, **lay.constants}, raw[lay.src], dev[name],
