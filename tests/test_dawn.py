@@ -100,10 +100,11 @@ def matrix(f16: bool) -> list[Case]:
             for variant in BOTH:
                 add(f"lstm-peep{int(peepholes)}-if{int(input_forget)}-{variant}", cfg,
                     {"lens": [2, 5, 0, 4]}, variant)
-    for direction in ("forward", "bidirectional"):  # the projected LSTM (lstm_step + lstm_proj)
+    for direction in ("forward", "bidirectional"):  # the projected LSTM (lstm_proj; persistent's barrier)
         for layout in (0, 1):
             cfg = make_cfg("lstm", direction, layout=layout, ragged=True, peepholes=True, proj=True)
-            add(f"lstm-proj-{direction}-layout{layout}", cfg, {"lens": RAGGED, "P": 2}, "stepwise")
+            for variant in BOTH:
+                add(f"lstm-proj-{direction}-layout{layout}-{variant}", cfg, {"lens": RAGGED, "P": 2}, variant)
     add("lstm-proj-wide-nores", make_cfg("lstm", "reverse", proj=True), {"H": 5, "P": 7}, "stepwise", False)
     for name in NAMES:  # test_activation: each activation (alpha/beta) as f, g and h
         act = Activation(name, 0.7, 0.2)
@@ -125,8 +126,9 @@ def matrix(f16: bool) -> list[Case]:
             cfg = make_cfg(cell, "bidirectional", ragged=True, layout=1, **opts)
             for variant in BOTH:
                 add(f"f16-{kind}-{variant}", cfg, {"lens": [5, 2, 0, 4]}, variant, f16=True)
-        add("f16-lstm-proj", make_cfg("lstm", "bidirectional", ragged=True, layout=1, proj=True),
-            {"lens": [5, 2, 0, 4], "P": 2}, "stepwise", f16=True)
+        for variant in BOTH:
+            add(f"f16-lstm-proj-{variant}", make_cfg("lstm", "bidirectional", ragged=True, layout=1, proj=True),
+                {"lens": [5, 2, 0, 4], "P": 2}, variant, f16=True)
     # replayed on Dawn's OpenGL ES backend, read-back bytes compared with wgpu's
     rep = lambda *a, **k: add(*a, replay=True, **k)
     rep("replay-gru-stepwise-bidirectional-ragged",
@@ -142,6 +144,8 @@ def matrix(f16: bool) -> list[Case]:
     rep("replay-lstm-proj-stepwise-bidirectional-ragged",
         make_cfg("lstm", "bidirectional", ragged=True, peepholes=True, proj=True), {"lens": RAGGED, "P": 2},
         "stepwise")
+    rep("replay-lstm-proj-persistent-reverse-segments", make_cfg("lstm", "reverse", ragged=True, proj=True),
+        {"lens": [5, 3, 0, 4], "P": 3}, "persistent", segment_steps=2)
     rep("replay-gru-persistent-layout1-clip-activations",
         make_cfg("gru", "bidirectional", acts=gru_acts, layout=1, clip=0.5, ragged=True),
         {"lens": RAGGED}, "persistent")

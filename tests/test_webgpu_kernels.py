@@ -388,26 +388,40 @@ def test_wgsl_files_carry_their_binding_table():
 
 
 # --------------------------------------------------------------------------------------
-# the projected LSTM (PyTorch's proj_size): lstm_step + lstm_proj per step, stepwise only
+# the projected LSTM (PyTorch's proj_size): stepwise lstm_step + lstm_proj per step; persistent
+# with a barrier between the two phases of a step (when P4 <= H4)
 # --------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("direction", "layout", "H", "P"), [
-    ("forward", 0, 6, 3), ("bidirectional", 1, 5, 2), ("reverse", 0, 3, 5), ("bidirectional", 0, 17, 6)])
+    ("forward", 0, 6, 3), ("bidirectional", 1, 5, 2), ("reverse", 0, 7, 8), ("bidirectional", 0, 17, 6)])
 def test_projection_matches_reference(direction, layout, H, P):
     cfg = make_cfg("lstm", direction, layout=layout, ragged=True, peepholes=True, proj=True)
     ops = make_operands(cfg, H=H, P=P, lens=[5, 0, 3, 1], seed=H)
-    check(cfg, ops)
-    assert last()["variant"] == "stepwise"
+    check(cfg, ops, variant="stepwise")
     # two recurrence dispatches per step, and one more prep (projt after rt)
     assert last()["dispatches"] == PREP + 1 + 1 + 2 * 5
+    check(cfg, ops, variant="persistent")
+    assert last()["dispatches"] == PREP + 1 + 1 + 1
 
 
 def test_projection_options_and_float16():
     cfg = make_cfg("lstm", "bidirectional", input_forget=True, clip=0.3, proj=True)
-    check(cfg, make_operands(cfg, scale=2.0, P=2), variant="stepwise")
-    check(cfg, _cast(make_operands(cfg, P=2), np.float16), atol=2e-3, rtol=2e-3)
+    for variant in BOTH:
+        check(cfg, make_operands(cfg, scale=2.0, P=2), variant=variant)
+        check(cfg, _cast(make_operands(cfg, P=2), np.float16), variant=variant, atol=2e-3, rtol=2e-3)
 
 
-def test_projection_has_no_persistent_kernel():
-    cfg = make_cfg("lstm", proj=True)
-    with pytest.raises(ValueError, match="persistent kernel has no LSTM projection"):
-        kernels.forward(cfg, make_operands(cfg), residuals=False, variant="persistent")
+def test_projection_wider_than_hidden_runs_stepwise():
+    cfg = make_cfg("lstm", "bidirectional", proj=True, ragged=True)
+    ops = make_operands(cfg, H=3, P=5, lens=[2, 5, 0, 4])
+    check(cfg, ops)  # auto
+    assert last()["variant"] == "stepwise"
+    with pytest.raises(ValueError, match=r"persistent kernel projects to at most 4\*ceil\(hidden_size/4\)=4 "
+                                         r"features; got proj_size=5"):
+        kernels.forward(cfg, ops, residuals=False, variant="persistent")
+
+
+def test_projection_persistent_segments_and_row_blocks(monkeypatch):
+    monkeypatch.setattr(plan, "PERSISTENT_SEGMENT_STEPS", 2)  # h and c carried across dispatches
+    cfg = make_cfg("lstm", "bidirectional", layout=1, ragged=True, proj=True)
+    check(cfg, make_operands(cfg, N=9, H=8, P=3, lens=[5, 3, 0, 4, 1, 2, 5, 5, 1]), variant="persistent")
+    assert last()["dispatches"] == PREP + 1 + 1 + 3

@@ -216,7 +216,7 @@ class _Call:
         c["NB"] = self.plan.nb
         if self.plan.variant == "persistent":
             bpw = self.plan.bpw
-            c.update(PERSISTENT=1, BPW=bpw, WG_P=bpw // self.plan.nb * geo.H4, HS_LEN=2 * bpw * geo.H4)
+            c.update(PERSISTENT=1, BPW=bpw, WG_P=bpw // self.plan.nb * geo.H4, HS_LEN=geo.hs_rows * bpw * geo.H4)
         else:
             c["WG_STEP"] = plan.STEPWISE_WORKGROUP
         return c

@@ -90,6 +90,11 @@ class Geometry:
         return max(self.H4, self.PP // 4)
 
     @property
+    def hs_rows(self) -> int:
+        """Copies of a row's HP units in the persistent kernel's workgroup memory: h, h' (and m)."""
+        return 3 if self.P else 2
+
+    @property
     def final_widths(self) -> tuple[int, ...]:
         """Features of each final state: Y_h (``out``), then Y_c (H) for LSTM."""
         return (self.out, self.H)[: self.finals]
@@ -175,8 +180,8 @@ class Plan:
 def rows_per_invocation(geo: Geometry, limits: dict[str, int] | None = None) -> int:
     """NB: batch rows per invocation (each load of R serves NB rows)."""
     nb = max(1, min(ROWS_PER_INVOCATION, geo.N))
-    if limits is not None:  # persistent: NB rows of h must fit in workgroup memory
-        nb = max(1, min(nb, limits[_L_WGMEM] // (2 * geo.HP * 4)))
+    if limits is not None:  # persistent: NB rows of h (and m) must fit in workgroup memory
+        nb = max(1, min(nb, limits[_L_WGMEM] // (geo.hs_rows * geo.HP * 4)))
     return nb
 
 
@@ -184,11 +189,12 @@ def persistent_rows(geo: Geometry, limits: dict[str, int], nb: int) -> int:
     """Batch rows per persistent workgroup (a multiple of ``nb``), or 0 when it cannot run.
 
     One invocation per (NB rows, 4 hidden units); workgroup memory holds two copies of the
-    workgroup's h (double buffer, or h and r⊙h for GRU lbr=0).
+    workgroup's h (double buffer, or h and r⊙h for GRU lbr=0), and m = o⊙h(c) with an LSTM
+    projection (whose P features must not outnumber H's invocations: ``PP <= HP``).
     """
     threads = min(limits[_L_INVOC], limits[_L_SIZE_X])
-    block_mem = 2 * nb * geo.HP * 4
-    if threads < geo.H4 or block_mem > limits[_L_WGMEM]:
+    block_mem = geo.hs_rows * nb * geo.HP * 4
+    if threads < geo.H4 or block_mem > limits[_L_WGMEM] or geo.PP > geo.HP:
         return 0
     blocks_needed = -(-geo.N // nb)
     blocks = max(1, PERSISTENT_TARGET_THREADS // geo.H4)
@@ -206,17 +212,17 @@ def choose_variant(geo: Geometry, limits: dict[str, int], variant: str) -> tuple
     if variant not in VARIANTS:
         raise ValueError(f"jaxgru wgsl: variant must be one of {VARIANTS}; got {variant!r}.")
     nb = rows_per_invocation(geo, limits)
-    if geo.P:  # the projection runs as a second dispatch per step: stepwise only (for now)
+    if geo.PP > geo.HP:  # the persistent kernel projects with the gates' invocations (P4 <= H4)
         if variant == "persistent":
-            raise ValueError("jaxgru wgsl: the persistent kernel has no LSTM projection (proj) yet; use "
-                             "variant='stepwise' or 'auto'.")
+            raise ValueError(f"jaxgru wgsl: the persistent kernel projects to at most 4*ceil(hidden_size/4)="
+                             f"{geo.HP} features; got proj_size={geo.P}. Use variant='stepwise' or 'auto'.")
         return "stepwise", rows_per_invocation(geo), 0
     bpw = persistent_rows(geo, limits, nb)
     if variant == "persistent" and not bpw:
         raise ValueError(
             f"jaxgru wgsl: the persistent kernel cannot run hidden_size={geo.H}: it needs "
             f"{geo.H4} invocations per workgroup (device: {min(limits[_L_INVOC], limits[_L_SIZE_X])}) "
-            f"and {2 * geo.HP * 4} bytes of workgroup memory ({_L_WGMEM}={limits[_L_WGMEM]})."
+            f"and {geo.hs_rows * geo.HP * 4} bytes of workgroup memory ({_L_WGMEM}={limits[_L_WGMEM]})."
         )
     small = geo.H <= PERSISTENT_MAX_HIDDEN and geo.N * geo.D * geo.H <= PERSISTENT_MAX_STATE
     if variant == "persistent" or (variant == "auto" and bpw and small):
