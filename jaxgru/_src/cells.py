@@ -128,9 +128,10 @@ class CellSpec:
     def operands_for(self, cfg: RNNConfig) -> tuple[Operand, ...]:
         """The operands of a call with ``cfg``: the table's, with ``proj`` before ``lens`` when
         ``cfg.proj`` (a projected LSTM)."""
-        if self.projection and cfg.proj:
-            return (*self.operands[:-1], _PROJ, self.operands[-1])
-        return self.operands
+        return self._with_proj() if self.projection and cfg.proj else self.operands
+
+    def _with_proj(self) -> tuple[Operand, ...]:
+        return (*self.operands[:-1], _PROJ, self.operands[-1])  # proj just before lens
 
     @property
     def operand_names(self) -> tuple[str, ...]:
@@ -158,7 +159,7 @@ class CellSpec:
         """The operands in primitive order (with or without ``proj``) -> :class:`Operands` by role."""
         table = self.operands
         if self.projection and len(operands) == len(table) + 1:
-            table = (*table[:-1], _PROJ, table[-1])
+            table = self._with_proj()
         if len(operands) != len(table):
             raise TypeError(
                 f"jaxgru.{self.name}: expected {self.num_operands} operands {self.operand_names}; "
@@ -168,9 +169,7 @@ class CellSpec:
 
     def pack(self, ops: Operands) -> tuple[Any, ...]:
         """:class:`Operands` -> the operands in primitive order (``proj`` only when set)."""
-        table = self.operands
-        if self.projection and ops.proj is not None:
-            table = (*table[:-1], _PROJ, table[-1])
+        table = self._with_proj() if self.projection and ops.proj is not None else self.operands
         return tuple(getattr(ops, o.field) for o in table)
 
     def param_shapes(self, d: int, hidden: int, input_size: int, proj_size: int = 0
