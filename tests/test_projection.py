@@ -213,18 +213,20 @@ def test_check_grads_numerically():
         check_grads(f, (params, x, h0, c0), order=1, modes=("fwd", "rev"), eps=1e-6, atol=1e-6, rtol=1e-6)
 
 
-def test_vmap_over_params_is_an_ensemble():
-    """vmap over the weights (proj batched like r) equals a loop over the members, grads too."""
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_vmap_over_params_is_an_ensemble(backend):
+    """vmap over the weights (proj batched like r: an ensemble axis, one WGSL call for all
+    members) equals a loop over the members on xla, gradients too."""
     rng = np.random.default_rng(12)
     members = [_random_params(rng, dtype=np.float32) for _ in range(3)]
     stacked = jax.tree.map(lambda *a: jnp.stack(a), *members)
     x = rng.standard_normal((L, N, IN)).astype(np.float32)
-    loss = lambda p: sum(jnp.sum(o ** 2) for o in jaxgru.lstm(p, x, backend="xla"))
-    got = jax.vmap(lambda p: jaxgru.lstm(p, x, backend="xla"))(stacked)
+    loss = lambda p, be: sum(jnp.sum(o ** 2) for o in jaxgru.lstm(p, x, backend=be))
+    got = jax.vmap(lambda p: jaxgru.lstm(p, x, backend=backend))(stacked)
     want = [jaxgru.lstm(p, x, backend="xla") for p in members]
     chex.assert_trees_all_close(got, jax.tree.map(lambda *a: jnp.stack(a), *want), atol=1e-6)
-    g = jax.vmap(jax.grad(loss))(stacked)
-    g_want = jax.tree.map(lambda *a: jnp.stack(a), *[jax.grad(loss)(p) for p in members])
+    g = jax.vmap(jax.grad(lambda p: loss(p, backend)))(stacked)
+    g_want = jax.tree.map(lambda *a: jnp.stack(a), *[jax.grad(lambda p: loss(p, "xla"))(p) for p in members])
     chex.assert_trees_all_close(g, g_want, atol=1e-5)
     assert g.proj.shape == (3, 1, P, H)
 
