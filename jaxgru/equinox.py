@@ -30,10 +30,12 @@ import numpy as np
 
 from jaxgru._src import shapes
 from jaxgru._src.modules import (
+    CELL_SIZES,
     MODULE_OPTIONS,
     ModuleSpec,
     check_converted,
     check_flag,
+    converted_sizes,
     module_options,
     spec_attribute,
     states_for,
@@ -151,8 +153,9 @@ class _Stack(eqx.Module):
         fname = f"jaxgru.equinox.{cls.__name__}.from_params"
         d, options = check_converted(fname, cls.cell, layers, options)
         make = cast(Callable[..., Any], cls)  # a concrete GRU / LSTM: their constructors take these
-        module = make(jnp.shape(layers[0].w)[-1], jnp.shape(layers[0].r)[-1], num_layers=len(layers),
-                      bidirectional=d == 2, key=jax.random.key(0), **options)
+        input_size, hidden, sizes = converted_sizes(layers)
+        module = make(input_size, hidden, num_layers=len(layers), bidirectional=d == 2, key=jax.random.key(0),
+                      **sizes, **options)
         given = [p._replace(**{f: jnp.asarray(a) for f, a in p._asdict().items() if a is not None}) for p in layers]
         return eqx.tree_at(lambda m: m.layers, module, given)
 
@@ -304,6 +307,9 @@ class LSTM(_Stack):
       hidden_size: H, the number of hidden units.
       num_layers: stacked layers.
       bidirectional: run each layer in both directions (D = 2).
+      proj_size: P > 0 projects each layer's hidden state to P features (PyTorch's
+        ``nn.LSTM(proj_size=P)``: weights ``proj [D, P, H]``, h, Y and ``h_n`` of P features,
+        ``c_n`` of H); 0 for none.
       layout: 0 (time-major ``[L, N, I]``) or 1 (batch-major ``[N, L, I]``).
       input_forget: couple the forget gate to the input gate (f = 1 - i).
       activations: 3 names per direction (f, g, h); default ("Sigmoid", "Tanh", "Tanh").
@@ -341,6 +347,7 @@ class LSTM(_Stack):
         *,
         num_layers: int = 1,
         bidirectional: bool = False,
+        proj_size: int = 0,
         layout: int = 0,
         input_forget: bool = False,
         activations: Sequence[str] | None = None,
@@ -354,7 +361,8 @@ class LSTM(_Stack):
         key: jax.Array,
     ) -> None:
         self._setup(input_size, hidden_size, num_layers, bidirectional,
-                    pick((*module_options("lstm"), *MODULE_OPTIONS), locals()), inference, dtype, key)
+                    pick((*module_options("lstm"), *MODULE_OPTIONS, *CELL_SIZES["lstm"]), locals()),
+                    inference, dtype, key)
 
     def __call__(
         self,

@@ -26,10 +26,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxgru._src.modules import (
+    CELL_SIZES,
     MODULE_OPTIONS,
     ModuleSpec,
     check_converted,
     check_flag,
+    converted_sizes,
     module_options,
     spec_attribute,
     states_for,
@@ -45,8 +47,8 @@ Params = GRUParams | LSTMParams
 class LayerWeights(nnx.Module):
     """One layer's weights as ``nnx.Param``, in jaxgru's (ONNX) layout.
 
-    Attributes ``w``, ``r``, ``b`` and ``p`` are ``nnx.Param`` or ``None`` (no bias / no
-    peepholes), with the fields and shapes of ``jaxgru.GRUParams`` / ``jaxgru.LSTMParams``.
+    Attributes ``w``, ``r``, ``b``, ``p`` and ``proj`` are ``nnx.Param`` or ``None`` (no bias / no
+    peepholes / no projection), with the fields and shapes of ``jaxgru.GRUParams`` / ``jaxgru.LSTMParams``.
 
     Args:
       params: the layer's ``jaxgru.GRUParams`` or ``jaxgru.LSTMParams``.
@@ -153,9 +155,9 @@ class _Stack(nnx.Module):
         d, options = check_converted(fname, cls.cell, layers, options)
         w0 = jnp.asarray(layers[0].w)
         make = cast(Callable[..., Any], cls)  # a concrete GRU / LSTM: their constructors take these
-        module = make(w0.shape[-1], jnp.shape(layers[0].r)[-1], num_layers=len(layers),
-                      bidirectional=d == 2, param_dtype=w0.dtype, rngs=nnx.Rngs(0) if rngs is None else rngs,
-                      **options)
+        input_size, hidden, sizes = converted_sizes(layers)
+        module = make(input_size, hidden, num_layers=len(layers), bidirectional=d == 2, param_dtype=w0.dtype,
+                      rngs=nnx.Rngs(0) if rngs is None else rngs, **sizes, **options)
         module.layers = nnx.List([LayerWeights(p) for p in layers])
         return module
 
@@ -310,6 +312,9 @@ class LSTM(_Stack):
       hidden_size: H, the number of hidden units.
       num_layers: stacked layers.
       bidirectional: run each layer in both directions (D = 2).
+      proj_size: P > 0 projects each layer's hidden state to P features (PyTorch's
+        ``nn.LSTM(proj_size=P)``: weights ``proj [D, P, H]``, h, Y and ``h_n`` of P features,
+        ``c_n`` of H); 0 for none.
       layout: 0 (time-major ``[L, N, I]``) or 1 (batch-major ``[N, L, I]``).
       input_forget: couple the forget gate to the input gate (f = 1 - i).
       activations: 3 names per direction (f, g, h); default ("Sigmoid", "Tanh", "Tanh").
@@ -350,6 +355,7 @@ class LSTM(_Stack):
         *,
         num_layers: int = 1,
         bidirectional: bool = False,
+        proj_size: int = 0,
         layout: int = 0,
         input_forget: bool = False,
         activations: Sequence[str] | None = None,
@@ -364,7 +370,8 @@ class LSTM(_Stack):
         rngs: nnx.Rngs,
     ) -> None:
         self._setup(input_size, hidden_size, num_layers, bidirectional,
-                    pick((*module_options("lstm"), *MODULE_OPTIONS), locals()), deterministic, dtype, param_dtype, rngs)
+                    pick((*module_options("lstm"), *MODULE_OPTIONS, *CELL_SIZES["lstm"]), locals()),
+                    deterministic, dtype, param_dtype, rngs)
 
     def __call__(
         self,

@@ -104,6 +104,12 @@ def matrix(f16: bool) -> list[Case]:
             for variant in VARIANTS:
                 add(f"lstm-peep{int(peepholes)}-if{int(input_forget)}-{variant}", cfg,
                     {"lens": [2, 5, 0, 4]}, variant)
+    for direction in ("forward", "bidirectional"):  # the projected LSTM (lstm_proj; persistent's barrier)
+        for layout in (0, 1):
+            cfg = make_cfg("lstm", direction, layout=layout, ragged=True, peepholes=True, proj=True)
+            for variant in BOTH:
+                add(f"lstm-proj-{direction}-layout{layout}-{variant}", cfg, {"lens": RAGGED, "P": 2}, variant)
+    add("lstm-proj-wide-nores", make_cfg("lstm", "reverse", proj=True), {"H": 5, "P": 7}, "stepwise", False)
     for name in NAMES:  # test_activation: each activation (alpha/beta) as f, g and h
         act = Activation(name, 0.7, 0.2)
         acts = ((act, TANH, act), (SIG, act, Activation("HardSigmoid", 0.3, 0.6)))
@@ -146,6 +152,9 @@ def matrix(f16: bool) -> list[Case]:
                 {"lens": RAGGED, "H": 9}, "tiled", r_storage="f16", subgroups=False)
         add("f16-gru_lbr-xproj_tiled", make_cfg("gru", "bidirectional", layout=1, linear_before_reset=True),
             {"L": 5, "N": 13, "I": 19, "H": 21}, "stepwise", f16=True, xproj_tiled=True)
+        for variant in BOTH:
+            add(f"f16-lstm-proj-{variant}", make_cfg("lstm", "bidirectional", ragged=True, layout=1, proj=True),
+                {"lens": [5, 2, 0, 4], "P": 2}, variant, f16=True)
     # replayed on Dawn's OpenGL ES backend, read-back bytes compared with wgpu's
     rep = lambda *a, **k: add(*a, replay=True, **k)
     rep("replay-gru-stepwise-bidirectional-ragged",
@@ -158,6 +167,11 @@ def matrix(f16: bool) -> list[Case]:
     rep("replay-lstm-input_forget-persistent-clip",
         make_cfg("lstm", "forward", peepholes=True, input_forget=True, clip=0.25),
         {"scale": 2.0}, "persistent", False)
+    rep("replay-lstm-proj-stepwise-bidirectional-ragged",
+        make_cfg("lstm", "bidirectional", ragged=True, peepholes=True, proj=True), {"lens": RAGGED, "P": 2},
+        "stepwise")
+    rep("replay-lstm-proj-persistent-reverse-segments", make_cfg("lstm", "reverse", ragged=True, proj=True),
+        {"lens": [5, 3, 0, 4], "P": 3}, "persistent", segment_steps=2)
     rep("replay-gru-persistent-layout1-clip-activations",
         make_cfg("gru", "bidirectional", acts=gru_acts, layout=1, clip=0.5, ragged=True),
         {"lens": RAGGED}, "persistent")

@@ -159,8 +159,7 @@ def test_bfloat16_keeps_dtype():
 
 
 def test_errors():
-    with pytest.raises(NotImplementedError, match="proj_size"):
-        from_torch(torch.nn.LSTM(IN, H, proj_size=2))
+    # (nn.LSTM(proj_size=P) converts: tests/test_projection.py)
     with pytest.raises(TypeError, match=r"module must be a torch\.nn\.GRU"):
         from_torch(torch.nn.RNN(IN, H))
     rng = np.random.default_rng(2)

@@ -12,7 +12,7 @@ import jaxgru
 import jaxgru.equinox
 import jaxgru.flax
 from jaxgru._src import cells, options
-from jaxgru._src.modules import MODULE_OPTIONS, module_options
+from jaxgru._src.modules import CELL_SIZES, MODULE_OPTIONS, module_options
 from jaxgru._src.webgpu import shaders
 from jaxgru.interop import _onnx, _torch
 
@@ -69,9 +69,10 @@ def test_module_signature_is_the_table(framework, cell):
     want = {"num_layers": 1, "bidirectional": False}
     want.update({n: options.OPTIONS_BY_NAME[n].default for n in module_options(cell)})
     want.update(MODULE_OPTIONS)  # the module-level (stack) options, not in the layer table
+    want.update(CELL_SIZES[cell])  # the cell's own sizes (LSTM's proj_size): weight shapes, not options
     assert {k: v for k, v in kw.items() if k not in tail} == want
     assert list(kw)[-len(tail):] == list(tail)
-    assert set(module_options(cell)) | set(MODULE_OPTIONS) | set(tail) <= _documented_args(cls)
+    assert set(module_options(cell)) | set(MODULE_OPTIONS) | set(CELL_SIZES[cell]) | set(tail) <= _documented_args(cls)
     assert cls.cell == cell
 
 
@@ -130,7 +131,10 @@ def test_converter_mappings_come_from_the_table():
 def test_cell_tables():
     assert cells.GRU.num_gates == 3 and cells.LSTM.num_gates == 4
     assert cells.GRU.operand_names == ("x", "params.w", "params.r", "params.b", "initial_h", "sequence_lens")
-    assert cells.LSTM.param_fields == ("w", "r", "b", "p")
+    assert cells.LSTM.param_fields == ("w", "r", "b", "p", "proj")
+    # proj is an optional operand: only a projected call has it, just before sequence_lens
+    assert [o.field for o in cells.LSTM.operands_for(options.RNNConfig("lstm", proj=True))][-2:] == ["proj", "lens"]
+    assert cells.LSTM.operands_for(options.RNNConfig("lstm")) == cells.LSTM.operands
     assert [o.name for o in cells.LSTM.state_operands] == ["initial_h", "initial_c"]
     for cell in CELLS:
         params_cls = jaxgru.GRUParams if cell == "gru" else jaxgru.LSTMParams

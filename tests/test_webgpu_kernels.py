@@ -52,19 +52,24 @@ def make_cfg(cell: str, direction: str = "forward", acts=None, **options) -> RNN
 
 
 def make_operands(cfg: RNNConfig, L=5, N=4, I=3, H=6, *, lens=None, scale=0.5, seed=0,
-                  dtype=np.float32) -> list[np.ndarray]:
-    """Random operands (all present) in the user layout; lens all L unless given."""
+                  dtype=np.float32, P=3) -> list[np.ndarray]:
+    """Random operands (all present) in the user layout; lens all L unless given. With
+    ``cfg.proj`` (an LSTM projection of P features): R [D, 4H, P], h0 of P, proj before lens."""
     rng = np.random.default_rng(seed)
     d, g = cfg.num_directions, cfg.num_gates
     f = lambda *s: (rng.standard_normal(s) * scale).astype(dtype)
+    out = P if cfg.proj else H
     state = (d, N, H) if cfg.layout == 0 else (N, d, H)
+    h_state = (d, N, out) if cfg.layout == 0 else (N, d, out)
     x = f(L, N, I) * 2 if cfg.layout == 0 else f(N, L, I) * 2
-    ops = [x, f(d, g * H, I), f(d, g * H, H), f(d, 2 * g * H)]
+    ops = [x, f(d, g * H, I), f(d, g * H, out), f(d, 2 * g * H)]
     if cfg.cell == "lstm":
         ops.append(f(d, 3 * H))
-    ops.append(f(*state))
+    ops.append(f(*h_state))
     if cfg.cell == "lstm":
         ops.append(f(*state))
+    if cfg.proj:
+        ops.append(f(d, P, H))
     ops.append(np.full(N, L, np.int32) if lens is None else np.asarray(lens, np.int32))
     return ops
 
@@ -470,3 +475,43 @@ def test_wgsl_files_carry_their_binding_table():
     for path in shaders.wgsl_dir().glob("*.wgsl"):
         head = path.read_text().split("\n\n")[0]
         assert head.startswith("//") and "Bindings" in head and "Overrides" in head, path.name
+
+
+# --------------------------------------------------------------------------------------
+# the projected LSTM (PyTorch's proj_size): stepwise lstm_step + lstm_proj per step; persistent
+# with a barrier between the two phases of a step (when P4 <= H4)
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("direction", "layout", "H", "P"), [
+    ("forward", 0, 6, 3), ("bidirectional", 1, 5, 2), ("reverse", 0, 7, 8), ("bidirectional", 0, 17, 6)])
+def test_projection_matches_reference(direction, layout, H, P):
+    cfg = make_cfg("lstm", direction, layout=layout, ragged=True, peepholes=True, proj=True)
+    ops = make_operands(cfg, H=H, P=P, lens=[5, 0, 3, 1], seed=H)
+    check(cfg, ops, variant="stepwise")
+    # two recurrence dispatches per step, and one more prep (projt after rt)
+    assert last()["dispatches"] == PREP + 1 + 1 + 2 * 5
+    check(cfg, ops, variant="persistent")
+    assert last()["dispatches"] == PREP + 1 + 1 + 1
+
+
+def test_projection_options_and_float16():
+    cfg = make_cfg("lstm", "bidirectional", input_forget=True, clip=0.3, proj=True)
+    for variant in BOTH:
+        check(cfg, make_operands(cfg, scale=2.0, P=2), variant=variant)
+        check(cfg, _cast(make_operands(cfg, P=2), np.float16), variant=variant, atol=2e-3, rtol=2e-3)
+
+
+def test_projection_wider_than_hidden_runs_stepwise():
+    cfg = make_cfg("lstm", "bidirectional", proj=True, ragged=True)
+    ops = make_operands(cfg, H=3, P=5, lens=[2, 5, 0, 4])
+    check(cfg, ops)  # auto
+    assert last()["variant"] == "stepwise"
+    with pytest.raises(ValueError, match=r"persistent kernel projects to at most 4\*ceil\(hidden_size/4\)=4 "
+                                         r"features; got proj_size=5"):
+        kernels.forward(cfg, ops, residuals=False, variant="persistent")
+
+
+def test_projection_persistent_segments_and_row_blocks(monkeypatch):
+    monkeypatch.setattr(plan, "PERSISTENT_SEGMENT_STEPS", 2)  # h and c carried across dispatches
+    cfg = make_cfg("lstm", "bidirectional", layout=1, ragged=True, proj=True)
+    check(cfg, make_operands(cfg, N=9, H=8, P=3, lens=[5, 3, 0, 4, 1, 2, 5, 5, 1]), variant="persistent")
+    assert last()["dispatches"] == PREP + 1 + 1 + 3

@@ -4,6 +4,8 @@
 //   prep_t:     dst[d, k, g, j4] = vec4 over c of src[d, g·H + 4·j4 + c, k]   (k < KIN, j < H; else 0)
 //               W [D, G·H, I] -> wt [D, I, G, H4]   (KIN = KOUT = I)
 //               R [D, G·H, H] -> rt [D, HP, G, H4]  (KIN = H, KOUT = HP: padded rows are zero)
+//               R [D, G·H, P] -> rt [D, PP, G, H4] and proj [D, P, H] -> projt [D, HP, 1, P4]
+//               after it (OUT_OFF; G = 1, "H" = P, KIN = H, KOUT = HP): an LSTM's projection
 //   prep_bias:  dst[d, q, j4] = vec4 over c of src[d·STRIDE + OFF0 + q·H + j] (+ src[... + OFF1 ...] if FOLD)
 //               b [D, 2·G·H] -> xb [D, G, HP] (Wb + Rb folded, or Wb alone for GRU lbr=1),
 //               b or P -> pr [D, 3, HP] (GRU lbr=1: Rb; LSTM: P; else HAS_SRC = false: zeros)

@@ -1,6 +1,9 @@
 // prep_t.wgsl — the transposes W -> wt and R -> rt (ST elements in, RT out), after prep.wgsl.
 //
-// Bindings: the table in prep.wgsl (0 src, 1 dst). Overrides: those of prep.wgsl.
+// Bindings: the table in prep.wgsl (0 src, 1 dst). Overrides: those of prep.wgsl, and OUT_OFF:
+// the vec4 offset of the layout in dst (an LSTM's projt follows rt in one buffer).
+
+override OUT_OFF: u32 = 0u;
 
 @group(0) @binding(0) var<storage, read> src: array<ST>;
 @group(0) @binding(1) var<storage, read_write> dst: array<vec4<RT>>;
@@ -28,5 +31,5 @@ fn prep_t(
       }
     }
   }
-  dst[o] = v;
+  dst[OUT_OFF + o] = v;
 }

@@ -7,17 +7,20 @@
 // Activation.kind_id) + gru.wgsl or lstm.wgsl (their entry points).
 //
 // Shapes: D directions, L steps, N batch rows (of this chunk), H hidden units, H4 = ceil(H/4),
-// HP = 4·H4; per-unit data is vec4-packed over 4 consecutive units j = 4·j4 .. 4·j4+3, padding
+// HP = 4·H4; P features of h and Y (= H, but an LSTM's projection size with one), P4, PP likewise;
+// per-unit data is vec4-packed over 4 consecutive units j = 4·j4 .. 4·j4+3, padding
 // units (j ≥ H) are zero in every weight and kept zero in the state.
 // Step t is in *processing order*; tt = time_of(d, t, len) is the time index it reads/writes.
 //
 // Bindings (group 0), the same for every recurrence kernel:
 //   0  xp      array<vec4<f32>>  [D, L, N, G, H4]  read        X·Wᵀ + folded biases, time order
-//   1  rt      array<vec4<RT>>   [D, HP, G, H4]    read        rt[d,k,g,j] = R[d, g·H+j, k]
+//   1  rt      array<vec4<RT>>   [D, PP, G, H4]    read        rt[d,k,g,j] = R[d, g·H+j, k]
+//                                                              (LSTM proj: then projt [D, HP, P4])
 //   2  pr      array<vec4<f32>>  [D, 3, H4]        read        GRU lbr=1: Rb (z,r,h); LSTM: P (i,o,f)
 //   3  lens    array<i32>        [N]               read        lengths, clamped to [0, L] by the host
-//   4  state   array<vec4<f32>>  [S, D, N, H4]     read_write  slots: 0/1 h (ping-pong); 2 c (LSTM)
-//                                                              or z (GRU); 3 r⊙h (GRU stepwise)
+//   4  state   array<vec4<f32>>  [S, D, N, S4]     read_write  slots: 0/1 h (ping-pong); 2 c (LSTM)
+//                                                              or z (GRU); 3 r⊙h (GRU stepwise) or
+//                                                              o⊙h(c) (LSTM proj)
 //   5  y       array<ST>         Y in the user layout          read_write
 //   6  yfinal  array<ST>         [Y_h | Y_c], user layout      read_write
 //   7  res     array<f32>        [D, L, N, K·H]    read_write  residuals (dummy unless RESIDUALS)
@@ -29,6 +32,8 @@
 //   G                       gates per unit (GRU 3, LSTM 4)
 //   K                       residual blocks of H per step (cells.CellSpec.residuals)
 //   H                       hidden size;  H4, HP derived
+//   P, S4                   features of h and Y (default H); vec4s per state-slot row (default H4,
+//                           max(H4, P4) with a projection)
 //   LAYOUT                  0: Y [L,D,N,H], states [D,N,H];  1: Y [N,L,D,H], states [N,D,H]
 //   REV0, REV1              direction slot d runs backwards in time
 //   HAS_CLIP, CLIP          clamp of every f/g activation input
@@ -45,6 +50,10 @@ override K: u32;
 override H: u32 = 1u;
 override H4: u32 = (H + 3u) / 4u;
 override HP: u32 = 4u * H4;
+override P: u32 = H;
+override P4: u32 = (P + 3u) / 4u;
+override PP: u32 = 4u * P4;
+override S4: u32 = H4;
 override LAYOUT: u32 = 0u;
 override REV0: bool = false;
 override REV1: bool = true;
@@ -192,21 +201,22 @@ fn xp_index(d: u32, tt: u32, n: u32, g: u32, j4: u32) -> u32 {
 }
 
 fn slot_index(s: u32, d: u32, n: u32, j4: u32) -> u32 {
-  return ((s * dims.D + d) * dims.N + n) * H4 + j4;
+  return ((s * dims.D + d) * dims.N + n) * S4 + j4;
 }
 
 fn y_index(tt: u32, d: u32, n: u32, j: u32) -> u32 {
   if LAYOUT == 0u {
-    return ((tt * dims.D + d) * dims.N + n) * H + j;
+    return ((tt * dims.D + d) * dims.N + n) * P + j;
   }
-  return ((n * dims.L + tt) * dims.D + d) * H + j;
+  return ((n * dims.L + tt) * dims.D + d) * P + j;
 }
 
-fn state_index(d: u32, n: u32, j: u32) -> u32 {
+// A final state's element j (of w features: P for Y_h, H for Y_c).
+fn state_index(d: u32, n: u32, j: u32, w: u32) -> u32 {
   if LAYOUT == 0u {
-    return (d * dims.N + n) * H + j;
+    return (d * dims.N + n) * w + j;
   }
-  return (n * dims.D + d) * H + j;
+  return (n * dims.D + d) * w + j;
 }
 
 fn lane_ok(j4: u32) -> vec4<bool> {
@@ -228,18 +238,18 @@ fn hvec(i: u32) -> vec4<f32> {
 }
 
 // acc[4·r + q] = Σ_k h_r[k]·R[d, (g0+q)·H + j, k] for the NB rows r of an invocation (h_r at
-// vec4 index hb + r·H4; rows ≥ `rows` re-read the last valid one) and the ng gates q (1..4,
+// vec4 index hb + r·S4, k < P; rows ≥ `rows` re-read the last valid one) and the ng gates q (1..4,
 // constant at each call site), for the 4 units of j4. Each rt load serves NB rows (register
 // blocking over the batch); adjacent invocations read adjacent vec4s of rt (coalesced).
 fn matvec(d: u32, hb: u32, rows: u32, j4: u32, g0: u32, ng: u32) -> array<vec4<f32>, 16> {
   var acc = array<vec4<f32>, 16>();
-  for (var k4 = 0u; k4 < H4; k4++) {
+  for (var k4 = 0u; k4 < P4; k4++) {
     var hv = array<vec4<f32>, 4>();
     for (var r = 0u; r < NB; r++) {
-      hv[r] = hvec(hb + min(r, rows - 1u) * H4 + k4);
+      hv[r] = hvec(hb + min(r, rows - 1u) * S4 + k4);
     }
     for (var c = 0u; c < 4u; c++) {
-      let ri = ((d * HP + 4u * k4 + c) * G + g0) * H4 + j4;
+      let ri = ((d * PP + 4u * k4 + c) * G + g0) * H4 + j4;
       for (var q = 0u; q < ng; q++) {
         let w = vec4<f32>(rt[ri + q * H4]);
         for (var r = 0u; r < NB; r++) {
@@ -264,19 +274,20 @@ fn pr4(d: u32, q: u32, j4: u32) -> vec4<f32> {
 fn store_y(d: u32, tt: u32, n: u32, j4: u32, v: vec4<f32>) {
   for (var c = 0u; c < 4u; c++) {
     let j = 4u * j4 + c;
-    if j < H {
+    if j < P {
       y[y_index(tt, d, n, j)] = ST(v[c]);
     }
   }
 }
 
-// which = 0: Y_h, 1: Y_c.
+// which = 0: Y_h (P features), 1: Y_c (H features).
 fn store_final(which: u32, d: u32, n: u32, j4: u32, v: vec4<f32>) {
-  let base = which * dims.D * dims.N * H;
+  let base = which * dims.D * dims.N * P;
+  let w = select(P, H, which == 1u);
   for (var c = 0u; c < 4u; c++) {
     let j = 4u * j4 + c;
-    if j < H {
-      yfinal[base + state_index(d, n, j)] = ST(v[c]);
+    if j < w {
+      yfinal[base + state_index(d, n, j, w)] = ST(v[c]);
     }
   }
 }

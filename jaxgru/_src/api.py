@@ -100,11 +100,14 @@ def _layer(cell: str, fname: str, params: Any, x: Any, states: Mapping[str, Any]
         if name not in state_ops:
             raise TypeError(f"{fname}: {name} is not an argument of the {cell.upper()}.")
     peepholes = bool(cs.peepholes) and params.p is not None
-    cfg = make_config(cell, fname, ragged=sequence_lens is not None, peepholes=peepholes, **options)
+    proj = cs.projection and params.proj is not None
+    cfg = make_config(cell, fname, ragged=sequence_lens is not None, peepholes=peepholes, proj=proj, **options)
     r = _array(fname, "params.r", params.r)
     shapes.check_rank(fname, "x", x, 3, shapes.x_meaning(cfg.layout))
     shapes.check_rank(fname, "params.r", r, 3, "(num_directions, gates*hidden, hidden)")
+    shapes.check_projected_r(fname, cfg, r)
     length, batch, isize, hidden, d = shapes.sizes(cfg, x, r)
+    out = shapes.out_size(cfg, r)
     given = {f: _array(fname, f"params.{f}", getattr(params, f)) for f in cs.param_fields
              if getattr(params, f) is not None}
     for name, v in states.items():
@@ -118,11 +121,13 @@ def _layer(cell: str, fname: str, params: Any, x: Any, states: Mapping[str, Any]
         for a in given.values():
             dtype = jnp.promote_types(dtype, a.dtype)
     dtype = jax.dtypes.canonicalize_dtype(dtype)
+    # absent weights are zeros (an absent proj is no operand at all: cells.operands_for)
     zeros = {f: s for f, (s, _) in cs.param_shapes(d, hidden, isize).items()}
-    zeros.update({o.field: shapes.state_shape(cfg, batch, hidden) for o in cs.state_operands})
+    zeros.update({o.field: shapes.state_shape(cfg, batch, cs.state_size(o.field, hidden, out))
+                  for o in cs.state_operands})
     values = {"x": x, "lens": _lens(fname, sequence_lens, batch, length), **given}
     operands = []
-    for o in cs.operands:
+    for o in cs.operands_for(cfg):
         v = values.get(o.field)
         if o.kind == "lens":
             operands.append(v)
@@ -207,8 +212,10 @@ def lstm(
     """The ONNX ``LSTM`` operator (opset 22): an LSTM layer over a whole sequence.
 
     Args:
-      params: ``LSTMParams(w [D,4H,I], r [D,4H,H], b [D,8H] | None, p [D,3H] | None)``,
-        gates i, o, f, c; peepholes i, o, f.
+      params: ``LSTMParams(w [D,4H,I], r [D,4H,H], b [D,8H] | None, p [D,3H] | None,
+        proj [D,P,H] | None)``, gates i, o, f, c; peepholes i, o, f. With ``proj`` (PyTorch's
+        ``proj_size``) ``r`` is ``[D,4H,P]`` and h = proj·(o ⊙ h(c)): ``y``, ``y_h`` and
+        ``initial_h`` have P features, ``y_c`` and ``initial_c`` keep H.
       x: inputs ``[L, N, I]`` (layout 0) or ``[N, L, I]`` (layout 1).
       initial_h: ``[D, N, H]`` (layout 0) or ``[N, D, H]`` (layout 1); zeros if None.
       initial_c: like ``initial_h``, the initial cell state.
@@ -263,10 +270,14 @@ def _cell(cell: str, fname: str, params: Any, x_t: Any, states: dict[str, Any], 
     # name the cell's own arguments (the layer below would report initial_h / initial_c / x)
     shapes.check_float(fname, "x_t", x_t)
     r = _array(fname, "params.r", params.r)
+    projected = getattr(params, "proj", None) is not None  # h has R's P features, c keeps H
     for name, s in arrays.items():
         shapes.check_float(fname, name, s)
         if len(r.shape) == 3:
-            shapes.check_shape(fname, name, s, (x_t.shape[0], r.shape[-1]), "(batch, hidden)")
+            width, meaning = r.shape[-1], "(batch, proj_size)" if projected else "(batch, hidden)"
+            if projected and name == "c":
+                width, meaning = r.shape[1] // spec(cell).num_gates, "(batch, hidden)"
+            shapes.check_shape(fname, name, s, (x_t.shape[0], width), meaning)
     initial = {o.name: jnp.asarray(s)[None] for o, s in zip(spec(cell).state_operands, arrays.values())}
     return _layer(cell, fname, params, x_t[None], initial, None, options)[1:]
 
@@ -296,13 +307,14 @@ def lstm_cell(
     Args:
       params: a one-direction ``LSTMParams``.
       x_t: inputs ``[N, I]``.
-      h: previous hidden state ``[N, H]``.
+      h: previous hidden state ``[N, H]`` (``[N, P]`` with a projection ``params.proj``).
       c: previous cell state ``[N, H]``.
       **options: ``input_forget``, ``activations``, ``activation_alpha``, ``activation_beta``,
         ``clip``, ``backend`` as in ``lstm``.
 
     Returns:
-      ``(h, c)``, the new hidden and cell states ``[N, H]``.
+      ``(h, c)``, the new hidden and cell states ``[N, H]`` (with ``params.proj``: h
+      ``[N, P]``, c ``[N, H]``).
     """
     y_h, y_c = _cell("lstm", "jaxgru.lstm_cell", params, x_t, {"h": h, "c": c}, options)
     return y_h[0], y_c[0]

@@ -9,6 +9,10 @@ Operands of a layer call, in primitive order (absent ones are materialised as ze
 API)::
 
     GRU:  x, w, r, b, h0, lens          LSTM: x, w, r, b, p, h0, c0, lens
+
+A projected LSTM (``cfg.proj``, PyTorch's ``proj_size``) has one more operand, ``proj``, just
+before ``lens`` (``CellSpec.operands_for``): x, w, r, b, p, h0, c0, proj, lens. Without a
+projection the operands, and everything built on them, are exactly the table's.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ class Operands(NamedTuple):
     h0: Any = None
     c0: Any = None
     lens: Any = None
+    proj: Any = None  # last: positional Operands(...) of the table's operands stay valid
 
 
 _X = Operand("x", "x", "x")
@@ -74,6 +79,7 @@ _W = Operand("params.w", "param", "w")
 _R = Operand("params.r", "param", "r")
 _B = Operand("params.b", "param", "b")
 _P = Operand("params.p", "param", "p")
+_PROJ = Operand("params.proj", "param", "proj")
 _H0 = Operand("initial_h", "state", "h0")
 _C0 = Operand("initial_c", "state", "c0")
 _LENS = Operand("sequence_lens", "lens", "lens")
@@ -91,6 +97,9 @@ class CellSpec:
       activations: the default activations of one direction (ONNX's f, g[, h]).
       peepholes: peephole vectors per direction in P (``P [D, peepholes*H]``), 0 if none.
       residuals: blocks of H per step in the forward's residuals, given the call's options.
+      projection: whether the cell may take an output projection ``proj [D, P, H]``
+        (PyTorch's ``nn.LSTM(proj_size=P)``, an optional operand: see ``operands_for``): then
+        the hidden state and Y have P features, R is ``[D, G·H, P]`` and the cell state keeps H.
     """
 
     name: Cell
@@ -100,6 +109,7 @@ class CellSpec:
     activations: tuple[str, ...]
     peepholes: int
     residuals: Callable[[RNNConfig], int]
+    projection: bool = False
 
     @property
     def num_gates(self) -> int:
@@ -112,7 +122,16 @@ class CellSpec:
 
     @property
     def num_operands(self) -> int:
+        """Operands of a call without a projection (see :meth:`operands_for`)."""
         return len(self.operands)
+
+    def operands_for(self, cfg: RNNConfig) -> tuple[Operand, ...]:
+        """The operands of a call with ``cfg``: the table's, with ``proj`` before ``lens`` when
+        ``cfg.proj`` (a projected LSTM)."""
+        return self._with_proj() if self.projection and cfg.proj else self.operands
+
+    def _with_proj(self) -> tuple[Operand, ...]:
+        return (*self.operands[:-1], _PROJ, self.operands[-1])  # proj just before lens
 
     @property
     def operand_names(self) -> tuple[str, ...]:
@@ -124,8 +143,8 @@ class CellSpec:
 
     @property
     def param_fields(self) -> tuple[str, ...]:
-        """The weights' fields (w, r, b[, p]), as in GRUParams / LSTMParams."""
-        return tuple(o.field for o in self.operands if o.kind == "param")
+        """The weights' fields (w, r, b[, p, proj]), as in GRUParams / LSTMParams."""
+        return tuple(o.field for o in self.operands if o.kind == "param") + (("proj",) if self.projection else ())
 
     @property
     def state_operands(self) -> tuple[Operand, ...]:
@@ -137,30 +156,45 @@ class CellSpec:
         return len(self.state_operands)
 
     def unpack(self, operands: Sequence[Any]) -> Operands:
-        """The operands in primitive order -> :class:`Operands` by role."""
-        if len(operands) != self.num_operands:
+        """The operands in primitive order (with or without ``proj``) -> :class:`Operands` by role."""
+        table = self.operands
+        if self.projection and len(operands) == len(table) + 1:
+            table = self._with_proj()
+        if len(operands) != len(table):
             raise TypeError(
                 f"jaxgru.{self.name}: expected {self.num_operands} operands {self.operand_names}; "
                 f"got {len(operands)}."
             )
-        return Operands(**{o.field: a for o, a in zip(self.operands, operands)})
+        return Operands(**{o.field: a for o, a in zip(table, operands)})
 
     def pack(self, ops: Operands) -> tuple[Any, ...]:
-        """:class:`Operands` -> the operands in primitive order."""
-        return tuple(getattr(ops, o.field) for o in self.operands)
+        """:class:`Operands` -> the operands in primitive order (``proj`` only when set)."""
+        table = self._with_proj() if self.projection and ops.proj is not None else self.operands
+        return tuple(getattr(ops, o.field) for o in table)
 
-    def param_shapes(self, d: int, hidden: int, input_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
-        """The shape of each weight and its meaning (for messages), by field."""
+    def param_shapes(self, d: int, hidden: int, input_size: int, proj_size: int = 0
+                     ) -> dict[str, tuple[tuple[int, ...], str]]:
+        """The shape of each weight and its meaning (for messages), by field.
+
+        ``proj_size`` P > 0: a projected cell (R reads the P features of h, and ``proj``
+        has a shape); 0: none.
+        """
         g = f"{self.num_gates}*hidden"
         gh = self.num_gates * hidden
         shapes = {
             "w": ((d, gh, input_size), f"(num_directions, {g}, input_size)"),
-            "r": ((d, gh, hidden), f"(num_directions, {g}, hidden)"),
+            "r": ((d, gh, proj_size or hidden), f"(num_directions, {g}, {'proj_size' if proj_size else 'hidden'})"),
             "b": ((d, 2 * gh), f"(num_directions, 2*{g})"),
         }
         if self.peepholes:
             shapes["p"] = ((d, self.peepholes * hidden), f"(num_directions, {self.peepholes}*hidden)")
+        if self.projection and proj_size:
+            shapes["proj"] = ((d, proj_size, hidden), "(num_directions, proj_size, hidden)")
         return shapes
+
+    def state_size(self, field: str, hidden: int, out: int) -> int:
+        """Features of a state (``h0``: the output size ``out``, P when projected; ``c0``: H)."""
+        return out if field == "h0" else hidden
 
 
 def _gru_residuals(cfg: RNNConfig) -> int:
@@ -180,7 +214,7 @@ GRU = CellSpec(
 LSTM = CellSpec(
     name="lstm", gates="iofc", operands=(_X, _W, _R, _B, _P, _H0, _C0, _LENS),
     outputs=("y", "state", "state"), activations=("Sigmoid", "Tanh", "Tanh"), peepholes=3,
-    residuals=_lstm_residuals,
+    residuals=_lstm_residuals, projection=True,
 )
 SPECS: dict[str, CellSpec] = {"gru": GRU, "lstm": LSTM}
 CELLS: tuple[Cell, ...] = ("gru", "lstm")

@@ -73,7 +73,7 @@ def _follow_x(cfg: RNNConfig, ensemble: int, kinds: Sequence[Kind | None], fn: F
 def _operand_kinds(cfg: RNNConfig, tail: str) -> list[Kind | None]:
     """Kinds of a primitive's operands: the cell's, then the tail's (``tangent``: y, res and the
     float operands' tangents; ``backward``: y, res and cotangents sharded like the outputs)."""
-    kinds: list[Kind | None] = list(spec(cfg.cell).operand_kinds)
+    kinds: list[Kind | None] = [o.kind for o in spec(cfg.cell).operands_for(cfg)]
     if tail == "tangent":
         kinds += [None, None, *kinds[:-1]]
     return kinds
@@ -86,7 +86,7 @@ def reference_forward(cfg: RNNConfig, ensemble: int, residuals: bool) -> Fn:
 
 def _split_tail(cfg: RNNConfig, derivative: Fn) -> Fn:
     """``derivative(cfg, primals, y, res, tail)`` as a function of the flat operands."""
-    n = spec(cfg.cell).num_operands
+    n = len(spec(cfg.cell).operands_for(cfg))
 
     def fn(*args: Any) -> Any:
         return derivative(cfg, args[:n], args[n], args[n + 1], args[n + 2 :])

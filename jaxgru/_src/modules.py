@@ -34,6 +34,9 @@ _STACK: dict[str, Callable[..., Any]] = {"gru": api.gru_stack, "lstm": api.lstm_
 # The module-level options: keywords of every module constructor that are not layer options
 # (not in options.OPTIONS) but keywords of the stack functions, with their defaults.
 MODULE_OPTIONS: dict[str, Any] = {"dropout": 0.0}
+# A cell's own sizes beyond input/hidden/num_layers/bidirectional, with their defaults: constructor
+# arguments of its modules (weight shapes, as init_lstm's), neither layer nor stack options.
+CELL_SIZES: dict[str, dict[str, Any]] = {"gru": {}, "lstm": {"proj_size": 0}}
 
 
 def module_options(cell: str) -> tuple[str, ...]:
@@ -71,6 +74,8 @@ class ModuleSpec:
       options: the other layer options (``module_options(cell)``) as (name, value) pairs.
       dropout: the rate of dropout between layers (``MODULE_OPTIONS``), applied only when a
         call gives a key (``run``).
+      proj_size: LSTM only (``CELL_SIZES``): P > 0 projects each layer's hidden state to P
+        features (PyTorch's ``proj_size``, ``LSTMParams.proj``); 0 for none.
     """
 
     cell: str
@@ -81,22 +86,26 @@ class ModuleSpec:
     bidirectional: bool
     options: tuple[tuple[str, Any], ...]
     dropout: float = 0.0
+    proj_size: int = 0
 
     @classmethod
     def make(cls, cell: str, name: str, input_size: Any, hidden_size: Any, num_layers: Any,
              bidirectional: Any, options: dict[str, Any]) -> ModuleSpec:
         """Validate a module's constructor arguments (every option now, not at the first call).
 
-        ``options`` holds the layer options (``module_options(cell)``) and the module-level ones
-        (``MODULE_OPTIONS``).
+        ``options`` holds the layer options (``module_options(cell)``), the module-level ones
+        (``MODULE_OPTIONS``) and the cell's own sizes (``CELL_SIZES``).
         """
         options = dict(options)
         dropout = _dropout.check_rate(name, options.pop("dropout", MODULE_OPTIONS["dropout"]))
+        proj_size = options.pop("proj_size", 0) if "proj_size" in CELL_SIZES[cell] else 0
+        if isinstance(proj_size, bool) or not isinstance(proj_size, numbers.Integral) or proj_size < 0:
+            raise ValueError(f"{name}: proj_size must be a non-negative int (0: no projection); got {proj_size!r}.")
         check_names(name, options, module_options(cell))
         spec = cls(cell, name, check_size(name, "input_size", input_size), check_size(name, "hidden_size", hidden_size),
                    check_size(name, "num_layers", num_layers), bool(bidirectional),
                    tuple((k, static_tuple(options.get(k))) for k in module_options(cell) if k in options),
-                   dropout)
+                   dropout, int(proj_size))
         make_config(cell, name, **spec.stack_options())
         return spec
 
@@ -110,7 +119,7 @@ class ModuleSpec:
         Raises:
           AttributeError: ``name`` is neither.
         """
-        if name in _SIZES or name in MODULE_OPTIONS:
+        if name in _SIZES or name in MODULE_OPTIONS or name in CELL_SIZES[self.cell]:
             return getattr(self, name)
         if name not in module_options(self.cell):
             raise AttributeError(f"{self.name} has no attribute {name!r}")
@@ -123,8 +132,10 @@ class ModuleSpec:
     def init_layers(self, keys: Sequence[jax.Array], dtype: Any) -> list[Params]:
         """Weights initialised like PyTorch, one key per layer."""
         d = self.num_directions
-        return [_INIT[self.cell](k, self.input_size if i == 0 else d * self.hidden_size, self.hidden_size,
-                                 bidirectional=self.bidirectional, dtype=dtype)
+        sizes = {"proj_size": self.proj_size} if self.proj_size else {}  # a layer reads d·P features then
+        width = self.proj_size or self.hidden_size
+        return [_INIT[self.cell](k, self.input_size if i == 0 else d * width, self.hidden_size,
+                                 bidirectional=self.bidirectional, dtype=dtype, **sizes)
                 for i, k in enumerate(keys)]
 
     def run(self, layers: Sequence[Params], x: Any, states: dict[str, Any], sequence_lens: Any,
@@ -168,6 +179,16 @@ def states_for(spec: ModuleSpec, initial_state: Any) -> dict[str, Any]:
     if cell_spec(spec.cell).num_states == 1:
         return {"initial_h": initial_state}
     return lstm_states(spec.name, initial_state)
+
+
+def converted_sizes(layers: Sequence[Params]) -> tuple[int, int, dict[str, int]]:
+    """``(input_size, hidden_size, cell sizes)`` a module needs to hold ``layers`` (converted
+    weights): the cell sizes are ``{"proj_size": P}`` for projected LSTM layers, else empty."""
+    first = layers[0]
+    proj = getattr(first, "proj", None)
+    if proj is None:
+        return int(jnp.shape(first.w)[-1]), int(jnp.shape(first.r)[-1]), {}
+    return int(jnp.shape(first.w)[-1]), int(jnp.shape(proj)[-1]), {"proj_size": int(jnp.shape(proj)[1])}
 
 
 def check_converted(fname: str, cell: str, layers: Sequence, options: dict) -> tuple[int, dict]:

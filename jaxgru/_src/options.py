@@ -211,6 +211,7 @@ class RNNConfig:
         call as ``xla``, whatever this machine chose; see ``backends.lowered``). Not in the repr.
       ragged: whether per-sequence lengths are applied.
       peepholes: LSTM only, whether P is used.
+      proj: LSTM only, whether the output projection ``proj`` is applied (h = proj·(o ⊙ h(C))).
       flags: the cell's boolean options (``OPTIONS`` entries with ``flag``), as (name, value);
         each reads as an attribute: ``cfg.linear_before_reset``, ``cfg.input_forget``.
     """
@@ -224,6 +225,7 @@ class RNNConfig:
     ragged: bool = False
     peepholes: bool = False
     flags: tuple[tuple[str, bool], ...] = ()
+    proj: bool = False
     auto: bool = False
 
     def __getattr__(self, name: str) -> bool:
@@ -251,6 +253,8 @@ class RNNConfig:
         parts += [f"{o.abbrev or o.name}={int(getattr(self, o.name))}" for o in flags_for(self.cell)]
         if spec(self.cell).peepholes:
             parts.append(f"peepholes={int(self.peepholes)}")
+        if self.proj:  # only when set: the repr of an unprojected call is unchanged
+            parts.append("proj=1")
         parts += [f"acts={acts}", f"clip={self.clip}", f"ragged={int(self.ragged)}", self.backend]
         return f"RNNConfig({', '.join(parts)})"
 
@@ -277,7 +281,7 @@ def resolve_activations(fname: str, cell: str, d: int, names: tuple[str, ...] | 
 
 
 def make_config(cell: str, fname: str, *, ragged: bool = False, peepholes: bool = False,
-                **options: Any) -> RNNConfig:
+                proj: bool = False, **options: Any) -> RNNConfig:
     """Validate the options of one call and build its static config (backend not yet resolved).
 
     Args:
@@ -285,6 +289,7 @@ def make_config(cell: str, fname: str, *, ragged: bool = False, peepholes: bool 
       fname: the public function name, for messages.
       ragged: whether per-sequence lengths are given.
       peepholes: whether P is given (LSTM).
+      proj: whether a projection is given (LSTM).
       **options: keyword options of the cell (see ``OPTIONS``); absent ones take their default.
     """
     v = normalise(cell, fname, options)
@@ -300,4 +305,5 @@ def make_config(cell: str, fname: str, *, ragged: bool = False, peepholes: bool 
         ragged=ragged,
         peepholes=peepholes,
         flags=tuple((o.name, v[o.name]) for o in flags_for(cell)),
+        proj=proj,
     )

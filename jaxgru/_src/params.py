@@ -9,14 +9,18 @@ Canonical layout (D = number of directions, H = hidden size, I = input size):
  ``r``      ``[D, 3H, H]`` rows z,r,h   ``[D, 4H, H]`` rows i,o,f,c
  ``b``      ``[D, 6H]`` = Wb_zrh,Rb_zrh ``[D, 8H]`` = Wb_iofc, Rb_iofc
  ``p``      --                          ``[D, 3H]`` peepholes i,o,f
+ ``proj``   --                          ``[D, P, H]`` output projection (optional)
 =========  ==========================  ============================================
 
-Absent ``b`` and ``p`` (``None``) mean zeros.
+Absent ``b`` and ``p`` (``None``) mean zeros; an absent ``proj`` means no projection. With
+``proj`` (PyTorch's ``nn.LSTM(proj_size=P)``, ``weight_hr``) the hidden state has P features:
+``r`` is ``[D, 4H, P]``, ``h = proj · (o ⊙ h(C))``.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from typing import NamedTuple
 
 import jax
@@ -49,12 +53,15 @@ class LSTMParams(NamedTuple):
       r: recurrent weights ``[D, 4H, H]``.
       b: biases ``[D, 8H]`` (input biases then recurrent biases), or ``None`` for zeros.
       p: peephole weights ``[D, 3H]`` in the order i, o, f, or ``None`` for no peepholes.
+      proj: output projection ``[D, P, H]`` (PyTorch's ``weight_hr_l{k}``), or ``None`` for
+        none; with it ``r`` is ``[D, 4H, P]`` and h, Y have P features (the cell state keeps H).
     """
 
     w: jax.Array
     r: jax.Array
     b: jax.Array | None = None
     p: jax.Array | None = None
+    proj: jax.Array | None = None
 
 
 compat.register_export_serialization(GRUParams, "jaxgru.GRUParams")
@@ -105,20 +112,26 @@ def _uniform_init(
     hidden_size: int,
     bidirectional: bool,
     dtype: DTypeLike | None,
-) -> list[jax.Array]:
-    """``w``, ``r``, ``b`` of ``cell`` from U(-1/sqrt(H), 1/sqrt(H)), one split of ``key`` each."""
+    proj_size: int = 0,
+) -> list[jax.Array | None]:
+    """``w``, ``r``, ``b`` (and ``p = None``, ``proj``) of ``cell`` from U(-1/sqrt(H), 1/sqrt(H)),
+    one split of ``key`` each (PyTorch draws ``weight_hr`` from the same distribution)."""
     _check_key(fname, key)
     input_size = shapes.check_size(fname, "input_size", input_size)
     hidden_size = shapes.check_size(fname, "hidden_size", hidden_size)
+    if isinstance(proj_size, bool) or not isinstance(proj_size, numbers.Integral) or proj_size < 0:
+        raise ValueError(f"{fname}: proj_size must be a non-negative int (0: no projection); got {proj_size!r}.")
     if not isinstance(bidirectional, (bool, np.bool_)):
         raise TypeError(f"{fname}: bidirectional must be a bool; got {bidirectional!r}.")
     _check_dtype(fname, dtype)
     d = 2 if bidirectional else 1
     bound = 1.0 / math.sqrt(hidden_size)
-    param_shapes = cells.spec(cell).param_shapes(d, hidden_size, input_size)
-    fields = ("w", "r", "b")  # no peepholes: LSTMParams.p stays None
+    param_shapes = cells.spec(cell).param_shapes(d, hidden_size, input_size, int(proj_size))
+    fields = ("w", "r", "b", "proj") if proj_size else ("w", "r", "b")  # no peepholes: p stays None
     keys = jax.random.split(key, len(fields))
-    return [jax.random.uniform(k, param_shapes[f][0], dtype, -bound, bound) for k, f in zip(keys, fields)]
+    drawn = {f: jax.random.uniform(k, param_shapes[f][0], dtype, -bound, bound) for k, f in zip(keys, fields)}
+    out: list[jax.Array | None] = [drawn["w"], drawn["r"], drawn["b"]]
+    return out + ([None, drawn["proj"]] if proj_size else [])
 
 
 def init_gru(
@@ -146,7 +159,9 @@ def init_gru(
         a floating dtype, or ``bidirectional`` is not a bool.
       ValueError: ``input_size`` or ``hidden_size`` is not a positive int.
     """
-    return GRUParams(*_uniform_init("jaxgru.init_gru", "gru", key, input_size, hidden_size, bidirectional, dtype))
+    w, r, b = _uniform_init("jaxgru.init_gru", "gru", key, input_size, hidden_size, bidirectional, dtype)
+    assert w is not None and r is not None
+    return GRUParams(w, r, b)
 
 
 def init_lstm(
@@ -156,6 +171,7 @@ def init_lstm(
     *,
     bidirectional: bool = False,
     dtype: DTypeLike = jnp.float32,
+    proj_size: int = 0,
 ) -> LSTMParams:
     """Initialise LSTM weights like PyTorch: every entry from U(-1/sqrt(H), 1/sqrt(H)).
 
@@ -165,13 +181,26 @@ def init_lstm(
       hidden_size: H, the number of hidden units.
       bidirectional: create weights for two directions (D = 2).
       dtype: floating dtype of the weights.
+      proj_size: P > 0 adds an output projection ``proj [D, P, H]`` (PyTorch's
+        ``nn.LSTM(proj_size=P)``); 0 (the default) for none.
 
     Returns:
-      LSTMParams with ``w [D, 4H, I]``, ``r [D, 4H, H]``, ``b [D, 8H]`` and no peepholes.
+      LSTMParams with ``w [D, 4H, I]``, ``r [D, 4H, H]`` (``[D, 4H, P]`` with a projection),
+      ``b [D, 8H]``, no peepholes, and ``proj [D, P, H]`` or None.
 
     Raises:
       TypeError: ``key`` is not one PRNG key (typed, or legacy ``uint32[2]``), ``dtype`` is not
         a floating dtype, or ``bidirectional`` is not a bool.
-      ValueError: ``input_size`` or ``hidden_size`` is not a positive int.
+      ValueError: ``input_size`` or ``hidden_size`` is not a positive int, or ``proj_size`` is
+        not a non-negative int.
+
+    Example:
+      >>> import jax, jaxgru
+      >>> params = jaxgru.init_lstm(jax.random.key(0), input_size=3, hidden_size=8, proj_size=2)
+      >>> params.r.shape, params.proj.shape
+      ((1, 32, 2), (1, 2, 8))
     """
-    return LSTMParams(*_uniform_init("jaxgru.init_lstm", "lstm", key, input_size, hidden_size, bidirectional, dtype))
+    w, r, b, *rest = _uniform_init("jaxgru.init_lstm", "lstm", key, input_size, hidden_size, bidirectional, dtype,
+                                   proj_size)
+    assert w is not None and r is not None
+    return LSTMParams(w, r, b, *rest)

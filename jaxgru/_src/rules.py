@@ -94,7 +94,7 @@ def backward_jvp(p: Primitives, primals: Sequence[Any], tangents: Sequence[Any],
 # transpose: tangent map -> backward
 # --------------------------------------------------------------------------------------
 def tangent_transpose(p: Primitives, cts: Sequence[Any], *args: Any, cfg: RNNConfig, ensemble: int) -> list[Any]:
-    n = spec(cfg.cell).num_operands
+    n = len(spec(cfg.cell).operands_for(cfg))
     primals, y, res, tans = args[:n], args[n], args[n + 1], args[n + 2 :]
     for a in (*primals, y, res):
         if ad.is_undefined_primal(a):
@@ -111,10 +111,11 @@ def tangent_transpose(p: Primitives, cts: Sequence[Any], *args: Any, cfg: RNNCon
 # --------------------------------------------------------------------------------------
 # batching
 # --------------------------------------------------------------------------------------
-def _signature(role: Role, cell: str, residuals: bool = False) -> tuple[tuple[Kind, ...], tuple[Kind, ...]]:
+def _signature(role: Role, cfg: RNNConfig, residuals: bool = False) -> tuple[tuple[Kind, ...], tuple[Kind, ...]]:
     """Kinds of a primitive's operands and outputs (from the cell's table)."""
-    s = spec(cell)
-    fwd, outs = s.operand_kinds, s.outputs
+    s = spec(cfg.cell)
+    fwd: tuple[Kind, ...] = tuple(o.kind for o in s.operands_for(cfg))
+    outs = s.outputs
     floats: tuple[Kind, ...] = tuple(k for k in fwd if k != "lens")
     extra: tuple[Kind, ...] = ("y", "res")
     if role == "forward":
@@ -132,7 +133,7 @@ def batch_rule(prim: Primitive, role: Role, axis_data: Any, args: Sequence[Any],
         return outs, [None] * len(outs)
     cfg, e = params["cfg"], params["ensemble"]
     size = axis_data.size
-    kinds_in, kinds_out = _signature(role, cfg.cell, params.get("residuals", False))
+    kinds_in, kinds_out = _signature(role, cfg, params.get("residuals", False))
     ensemble = role == "backward" or any(d is not None and k == "param" for d, k in zip(dims, kinds_in))
     if ensemble:
         new = []

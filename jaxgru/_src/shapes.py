@@ -62,9 +62,25 @@ def x_meaning(layout: int) -> str:
 
 
 def sizes(cfg: RNNConfig, x: Any, r: Any) -> tuple[int, int, int, int, int]:
-    """(L, N, I, H, D) from x and r."""
+    """(L, N, I, H, D) from x and r (H: the cell's hidden size, ``r [D, G·H, H or P]``)."""
     length, batch = (x.shape[0], x.shape[1]) if cfg.layout == 0 else (x.shape[1], x.shape[0])
-    return length, batch, x.shape[2], r.shape[-1], cfg.num_directions
+    hidden = r.shape[1] // cfg.num_gates if cfg.proj else r.shape[-1]
+    return length, batch, x.shape[2], hidden, cfg.num_directions
+
+
+def out_size(cfg: RNNConfig, r: Any) -> int:
+    """Features of h and Y: P for a projected LSTM (``r [D, G·H, P]``), else H."""
+    del cfg  # r's last axis reads h in both cases
+    return int(r.shape[-1])
+
+
+def check_projected_r(fname: str, cfg: RNNConfig, r: Any) -> None:
+    """With a projection, H is read from R's rows: they must be a multiple of the gates."""
+    if cfg.proj and r.shape[1] % cfg.num_gates:
+        raise ValueError(
+            f"{fname}: params.r must have shape (num_directions, {cfg.num_gates}*hidden, proj_size) with a "
+            f"projection; got {_fmt(r.shape)} ({int(r.shape[1])} rows, not a multiple of {cfg.num_gates})."
+        )
 
 
 def state_shape_of(layout: int, d: int, batch: int, hidden: int) -> Shape:
@@ -81,8 +97,9 @@ def y_shape(layout: int, length: int, d: int, batch: int, hidden: int) -> Shape:
     return (length, d, batch, hidden) if layout == 0 else (batch, length, d, hidden)
 
 
-def state_meaning(cfg: RNNConfig) -> str:
-    return "(num_directions, batch, hidden)" if cfg.layout == 0 else "(batch, num_directions, hidden)"
+def state_meaning(cfg: RNNConfig, field: str = "h0") -> str:
+    size = "proj_size" if cfg.proj and field == "h0" else "hidden"
+    return f"(num_directions, batch, {size})" if cfg.layout == 0 else f"(batch, num_directions, {size})"
 
 
 def _check_directions(fname: str, cfg: RNNConfig, r: Any) -> None:
@@ -120,7 +137,7 @@ def check_operands(cfg: RNNConfig, fname: str, operands: Sequence[Any], *, ensem
       Shapes of (y, y_h) or (y, y_h, y_c), including the ensemble axis.
     """
     cell = spec(cfg.cell)
-    names = cell.operand_names
+    names = tuple(o.name for o in cell.operands_for(cfg))
     if len(operands) != len(names):
         raise TypeError(f"{fname}: expected {len(names)} operands {names}; got {len(operands)}.")
     lead: Shape = ()
@@ -139,16 +156,21 @@ def check_operands(cfg: RNNConfig, fname: str, operands: Sequence[Any], *, ensem
     check_rank(fname, "x", x, 3, x_meaning(cfg.layout))
     check_rank(fname, "params.r", r, 3, "(num_directions, gates*hidden, hidden)")
     _check_directions(fname, cfg, r)
+    check_projected_r(fname, cfg, r)
     length, batch, isize, hidden, d = sizes(cfg, x, r)
-    expected = cell.param_shapes(d, hidden, isize)
+    out = out_size(cfg, r)
+    expected = cell.param_shapes(d, hidden, isize, out if cfg.proj else 0)
     check_shape(fname, "params.r", r, *expected["r"])
     _check_input_size(fname, x, ops.w, expected["w"][0])
     for field in cell.param_fields:
-        if field != "r":
+        if field not in ("r", "proj"):
             check_shape(fname, f"params.{field}", getattr(ops, field), *expected[field])
-    st = state_shape(cfg, batch, hidden)
+    if cfg.proj:
+        check_rank(fname, "params.proj", ops.proj, 3, expected["proj"][1])
+        check_shape(fname, "params.proj", ops.proj, *expected["proj"])
+    st = {o.field: state_shape(cfg, batch, cell.state_size(o.field, hidden, out)) for o in cell.state_operands}
     for o in cell.state_operands:
-        check_shape(fname, o.name, getattr(ops, o.field), st, state_meaning(cfg))
+        check_shape(fname, o.name, getattr(ops, o.field), st[o.field], state_meaning(cfg, o.field))
     lens = ops.lens
     check_shape(fname, "sequence_lens", lens, (batch,), "(batch,)")
     if not np.issubdtype(np.dtype(lens.dtype), np.integer):
@@ -161,8 +183,8 @@ def check_operands(cfg: RNNConfig, fname: str, operands: Sequence[Any], *, ensem
             )
     if len(cfg.activations) != d:
         raise ValueError(f"{fname}: expected activations for {d} direction(s); got {len(cfg.activations)}.")
-    y = y_shape(cfg.layout, length, d, batch, hidden)
-    return tuple(lead + s for s in (y, *(st for _ in cell.state_operands)))
+    y = y_shape(cfg.layout, length, d, batch, out)
+    return tuple(lead + s for s in (y, *(st[o.field] for o in cell.state_operands)))
 
 
 def residual_shape(cfg: RNNConfig, length: int, batch: int, hidden: int) -> Shape:
@@ -216,7 +238,8 @@ def forward_shapes(cfg: RNNConfig, fname: str, ops: Sequence[Any], *, ensemble: 
     lead = y[:1] if ensemble else ()
     y = y[1:] if ensemble else y
     length, batch = (y[0], y[2]) if cfg.layout == 0 else (y[1], y[0])
-    return (*out_shapes, lead + residual_shape(cfg, length, batch, y[-1]))
+    # the residuals hold blocks of the cell's H: the last state's features (GRU's h, LSTM's c)
+    return (*out_shapes, lead + residual_shape(cfg, length, batch, out_shapes[-1][-1]))
 
 
 def forward_abstract(*ops: Any, cfg: RNNConfig, ensemble: int, residuals: bool) -> list[Any]:
@@ -230,7 +253,7 @@ def forward_abstract(*ops: Any, cfg: RNNConfig, ensemble: int, residuals: bool) 
 
 def _check_tail(cfg: RNNConfig, ops: Sequence[Any], ensemble: int, tail: Sequence[Any], what: str) -> None:
     """Validate y, res and the tangents/cotangents that follow the primals."""
-    n = spec(cfg.cell).num_operands
+    n = len(spec(cfg.cell).operands_for(cfg))
     primals = ops[:n]
     fwd = forward_abstract(*primals, cfg=cfg, ensemble=ensemble, residuals=True)
     y, res = ops[n], ops[n + 1]
@@ -247,14 +270,14 @@ def _check_tail(cfg: RNNConfig, ops: Sequence[Any], ensemble: int, tail: Sequenc
 
 def tangent_abstract(*ops: Any, cfg: RNNConfig, ensemble: int) -> list[Any]:
     """Avals of the tangent map's outputs (those of the forward without residuals)."""
-    primals = ops[: spec(cfg.cell).num_operands]
+    primals = ops[: len(spec(cfg.cell).operands_for(cfg))]
     _check_tail(cfg, ops, ensemble, primals[:-1], "tangent")
     return forward_abstract(*primals, cfg=cfg, ensemble=ensemble, residuals=False)
 
 
 def backward_abstract(*ops: Any, cfg: RNNConfig, ensemble: int) -> list[Any]:
     """Avals of the backward's outputs: one cotangent per floating operand."""
-    primals = ops[: spec(cfg.cell).num_operands]
+    primals = ops[: len(spec(cfg.cell).operands_for(cfg))]
     outs = forward_abstract(*primals, cfg=cfg, ensemble=ensemble, residuals=False)
     _check_tail(cfg, ops, ensemble, outs, "backward")
     return [a.update(weak_type=False) for a in primals[:-1]]

@@ -365,6 +365,9 @@ def _exportable(params: Mapping[str, Any]) -> RNNConfig:
     if params.get("residuals", False):
         raise NotImplementedError(f"{where} saving residuals (the forward inside jax.grad / jax.jvp) cannot be "
                                   "exported; export the inference function.")
+    if cfg.proj:
+        raise NotImplementedError(f"{where} with params.proj (a projected LSTM, PyTorch's proj_size) has no ONNX "
+                                  "equivalent: ONNX's LSTM has no projection. Expected proj=None.")
     return cfg
 
 
@@ -380,8 +383,9 @@ def register_jax2onnx() -> None:
     imported here.
 
     Exported: inference calls. Not exported (the plugin raises): a call whose weights carry a
-    vmapped ensemble axis (``vmap`` over the weights), and the forward with residuals (inside
-    ``jax.grad`` / ``jvp``; the derivative primitives have no plugin either).
+    vmapped ensemble axis (``vmap`` over the weights), a projected LSTM (``params.proj``: ONNX
+    has no projection), and the forward with residuals (inside ``jax.grad`` / ``jvp``; the
+    derivative primitives have no plugin either).
 
     Raises:
       ModuleNotFoundError: jax2onnx is not installed.

@@ -9,6 +9,8 @@ PyTorch's formulas (per layer and direction), in its own names:
 
 That is the ONNX GRU with ``linear_before_reset=1`` (rows r, z, n -> z, r, h) and the ONNX LSTM
 without peepholes (rows i, f, g, o -> i, o, f, c); ``B = [b_ih, b_hh]``, both reordered.
+``nn.LSTM(proj_size=P)`` (h' = W_hr (o ⊙ tanh(c'))) is ``LSTMParams.proj = weight_hr`` as it is
+(``[P, H]``, no gates to reorder), with ``weight_hh`` ``[4H, P]``.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ def from_torch(module: torch.nn.Module) -> tuple[list[GRUParams] | list[LSTMPara
     """Convert a PyTorch GRU/LSTM module (or cell) to jaxgru parameters and options.
 
     Supports ``nn.GRU``, ``nn.LSTM`` (any ``num_layers``, ``bidirectional``, ``batch_first``,
-    ``bias``), ``nn.GRUCell`` and ``nn.LSTMCell``. The module's dropout between layers
+    ``bias``, ``proj_size``: ``weight_hr_l{k}`` becomes ``LSTMParams.proj``), ``nn.GRUCell`` and
+    ``nn.LSTMCell``. The module's dropout between layers
     becomes the stack option ``dropout`` (present only when ``module.dropout > 0``): the stack
     applies it only when called with a ``key`` (PyTorch's training mode), so without one the
     result reproduces the module in eval mode. With ``batch_first=True`` the options hold
@@ -91,7 +94,6 @@ def from_torch(module: torch.nn.Module) -> tuple[list[GRUParams] | list[LSTMPara
 
     Raises:
       TypeError: ``module`` is not one of the supported modules.
-      NotImplementedError: an LSTM with ``proj_size > 0``.
 
     Example:
       >>> import torch, jaxgru
@@ -109,17 +111,13 @@ def from_torch(module: torch.nn.Module) -> tuple[list[GRUParams] | list[LSTMPara
             f"{type(module).__name__}."
         )
     cell, is_cell = kind
-    if getattr(module, "proj_size", 0):
-        raise NotImplementedError(
-            f"{fname}: LSTM with proj_size={module.proj_size} has no ONNX/jaxgru equivalent "
-            "(the hidden state is projected to proj_size); expected proj_size=0."
-        )
+    projected = bool(getattr(module, "proj_size", 0))  # nn.LSTM(proj_size=P): weight_hr_l{k}
     d = 1 if is_cell or not module.bidirectional else 2
     num_layers = 1 if is_cell else cast(int, module.num_layers)  # torch types module attributes as Tensor | Module
     order = _ORDER[cell]
     layers = []
     for sfx_dirs in _suffixes(num_layers, d, is_cell):
-        w, r, b = [], [], []
+        w, r, b, proj = [], [], [], []
         for sfx in sfx_dirs:
             get = lambda name, sfx=sfx: _torch_to_numpy(getattr(module, name + sfx))
             w.append(_layout.to_onnx(get("weight_ih"), order))
@@ -127,9 +125,13 @@ def from_torch(module: torch.nn.Module) -> tuple[list[GRUParams] | list[LSTMPara
             if module.bias:
                 b.append(np.concatenate([_layout.to_onnx(get("bias_ih"), order),
                                          _layout.to_onnx(get("bias_hh"), order)]))
-        layers.append(PARAMS_TYPE[cell](
-            C.as_jax(np.stack(w)), C.as_jax(np.stack(r)), C.as_jax(np.stack(b)) if b else None
-        ))
+            if projected:
+                proj.append(get("weight_hr"))  # [P, H]: no gate blocks
+        arrays = [C.as_jax(np.stack(w)), C.as_jax(np.stack(r)), C.as_jax(np.stack(b)) if b else None]
+        if projected:
+            layers.append(LSTMParams(*arrays, proj=C.as_jax(np.stack(proj))))
+        else:
+            layers.append(PARAMS_TYPE[cell](*arrays))
     if is_cell:
         options: dict[str, Any] = {}
     else:
@@ -198,11 +200,29 @@ def _layers_kind(fname: str, layers) -> str:
     return "gru" if cls is GRUParams else "lstm"
 
 
+def _proj_size(fname: str, layers) -> int:
+    """P of projected LSTM layers (PyTorch's proj_size, one for the whole module), 0 for none."""
+    projs = [getattr(p, "proj", None) for p in layers]
+    if all(a is None for a in projs):
+        return 0
+    sizes = [None if a is None else tuple(np.shape(a)) for a in projs]
+    if any(a is None for a in projs) or any(len(s) != 3 for s in sizes if s is not None) or \
+            len({s[1] for s in sizes if s is not None}) != 1:
+        raise ValueError(f"{fname}: PyTorch's proj_size is one for every layer: every layers[k].proj must be "
+                         f"(num_directions, proj_size, hidden) with one proj_size, or all None; got "
+                         f"proj shapes {sizes}.")
+    return int(sizes[0][1])  # type: ignore[index]
+
+
 def _check_layers(fname: str, layers, cell: str, d: int):
-    """(hidden, input_size, numpy layers) after checking shapes across layers."""
+    """(hidden, input_size, proj_size, numpy layers) after checking shapes across layers."""
     g = spec(cell).num_gates
     out = []
-    hidden = C.to_numpy(fname, "layers[0].r", layers[0].r).shape[-1]
+    proj_size = _proj_size(fname, layers) if cell == "lstm" else 0
+    r0 = C.to_numpy(fname, "layers[0].r", layers[0].r)
+    hidden = r0.shape[1] // g if proj_size and r0.ndim == 3 else r0.shape[-1]
+    width = proj_size or hidden  # features of h: what R reads and the next layer gets
+    what = "proj_size" if proj_size else "hidden"
     input_size = 0  # set by layer 0
     for k, p in enumerate(layers):
         w = C.to_numpy(fname, f"layers[{k}].w", p.w)
@@ -211,13 +231,18 @@ def _check_layers(fname: str, layers, cell: str, d: int):
         i = w.shape[-1]
         if k == 0:
             input_size = i
-        elif i != d * hidden:
+        elif i != d * width:
             raise ValueError(f"{fname}: layers[{k}].w must read the previous layer's outputs, input "
-                             f"size num_directions*hidden={d * hidden}; got {i}.")
+                             f"size num_directions*{what}={d * width}; got {i}.")
         C.check_shape(fname, f"layers[{k}].w", w, (d, g * hidden, i),
                       "(num_directions, gates*hidden, input_size)")
-        C.check_shape(fname, f"layers[{k}].r", r, (d, g * hidden, hidden),
-                      "(num_directions, gates*hidden, hidden)")
+        C.check_shape(fname, f"layers[{k}].r", r, (d, g * hidden, width),
+                      f"(num_directions, gates*hidden, {what})")
+        pj = None
+        if proj_size:
+            pj = C.to_numpy(fname, f"layers[{k}].proj", p.proj)
+            C.check_shape(fname, f"layers[{k}].proj", pj, (d, proj_size, hidden),
+                          "(num_directions, proj_size, hidden)")
         b = None if p.b is None else C.to_numpy(fname, f"layers[{k}].b", p.b)
         if b is not None:
             C.check_shape(fname, f"layers[{k}].b", b, (d, 2 * g * hidden),
@@ -225,12 +250,13 @@ def _check_layers(fname: str, layers, cell: str, d: int):
         if cell == "lstm" and not C.is_zero(p.p):
             raise ValueError(f"{fname}: layers[{k}].p holds peephole weights, which PyTorch's LSTM "
                              "does not have; expected p=None (or zeros).")
-        out.append((w, r, b))
-    return hidden, input_size, out
+        out.append((w, r, b, pj))
+    return hidden, input_size, proj_size, out
 
 
 def _check_module(fname: str, module, is_cell: bool, want: dict) -> None:
-    got = {"hidden_size": module.hidden_size, "input_size": module.input_size}
+    got = {"hidden_size": module.hidden_size, "input_size": module.input_size,
+           "proj_size": getattr(module, "proj_size", 0)}  # the cells have none
     if not is_cell:
         got.update(num_layers=module.num_layers, bidirectional=bool(module.bidirectional),
                    batch_first=bool(module.batch_first))
@@ -238,8 +264,6 @@ def _check_module(fname: str, module, is_cell: bool, want: dict) -> None:
         if k in want and want[k] != v:
             raise ValueError(f"{fname}: module.{k} must be {want[k]!r} to hold these weights; got "
                              f"{v!r}.")
-    if getattr(module, "proj_size", 0):
-        raise ValueError(f"{fname}: module.proj_size must be 0; got {module.proj_size}.")
 
 
 def to_torch(
@@ -260,6 +284,7 @@ def to_torch(
         (cast to its dtype; absent biases written as zeros). If None, a new ``nn.GRU``/``nn.LSTM``
         is created with matching ``input_size``, ``hidden_size``, ``num_layers``,
         ``bidirectional``, ``batch_first``, ``bias`` (False when every ``b`` is None),
+        ``proj_size`` (P of the layers' ``proj [D, P, H]``, 0 without),
         ``dropout`` (``options["dropout"]``, 0 if absent) and dtype. A given ``nn.GRU`` /
         ``nn.LSTM`` gets ``options["dropout"]`` as its ``dropout`` when the options hold one.
 
@@ -272,7 +297,8 @@ def to_torch(
       ValueError: options PyTorch cannot express (a GRU without ``linear_before_reset=True``,
         non-default activations, ``clip``, ``direction="reverse"``, LSTM peepholes,
         ``input_forget``, dropout into a cell), a ``dropout`` outside [0, 1), shapes that do not
-        chain, or a ``module`` whose configuration differs (named in the message).
+        chain, projections on some layers only (or of different sizes), or a ``module`` whose
+        configuration differs (``proj_size`` included; named in the message).
     """
     import torch
 
@@ -280,13 +306,16 @@ def to_torch(
     cell = _layers_kind(fname, layers)
     direction, layout, dropout = _check_options(fname, cell, options)
     d = C.num_directions(direction)
-    hidden, input_size, arrays = _check_layers(fname, layers, cell, d)
-    has_bias = any(b is not None for _, _, b in arrays)
+    hidden, input_size, proj_size, arrays = _check_layers(fname, layers, cell, d)
+    has_bias = any(b is not None for _, _, b, _ in arrays)
     if module is None:
-        cls = torch.nn.GRU if cell == "gru" else torch.nn.LSTM
         dtype = _numpy_to_torch(np.zeros(0, arrays[0][0].dtype)).dtype
-        module = cls(input_size, hidden, num_layers=len(arrays), bias=has_bias,
-                     batch_first=layout == 1, bidirectional=d == 2, dropout=dropout, dtype=dtype)
+        kw: dict[str, Any] = dict(num_layers=len(arrays), bias=has_bias, batch_first=layout == 1,
+                                  bidirectional=d == 2, dropout=dropout, dtype=dtype)
+        if cell == "gru":
+            module = torch.nn.GRU(input_size, hidden, **kw)
+        else:
+            module = torch.nn.LSTM(input_size, hidden, proj_size=proj_size, **kw)
         is_cell = False
     else:
         kind = _kind(module)
@@ -295,15 +324,18 @@ def to_torch(
                             f"{cell.upper()}Cell for {cell.upper()} layers; got "
                             f"{type(module).__name__}.")
         is_cell = kind[1]
+        if is_cell and proj_size:
+            raise ValueError(f"{fname}: a {type(module).__name__} has no projection (proj_size); got layers with "
+                             f"proj_size={proj_size}. Pass an nn.LSTM(proj_size={proj_size}) or no module.")
         if is_cell and (len(arrays) != 1 or d != 1 or dropout):
             raise ValueError(f"{fname}: a {type(module).__name__} holds one forward layer without dropout; got "
                              f"{len(arrays)} layer(s), direction={direction!r}, dropout={dropout!r}.")
         _check_module(fname, module, is_cell, dict(
             hidden_size=hidden, input_size=input_size, num_layers=len(arrays),
-            bidirectional=d == 2, batch_first=layout == 1,
+            bidirectional=d == 2, batch_first=layout == 1, proj_size=proj_size,
         ))
         if not module.bias:
-            for k, (_, _, b) in enumerate(arrays):
+            for k, (_, _, b, _) in enumerate(arrays):
                 if not C.is_zero(b):
                     raise ValueError(f"{fname}: module has bias=False but layers[{k}].b is nonzero; "
                                      "expected a module with bias=True.")
@@ -311,7 +343,7 @@ def to_torch(
             setattr(module, "dropout", dropout)  # noqa: B010  (torch types module attributes as Tensor | Module)
     order = _ORDER[cell]
     with torch.no_grad():
-        for (w, r, b), sfx_dirs in zip(arrays, _suffixes(len(arrays), d, is_cell), strict=True):
+        for (w, r, b, pj), sfx_dirs in zip(arrays, _suffixes(len(arrays), d, is_cell), strict=True):
             for j, sfx in enumerate(sfx_dirs):
                 put = lambda name, a, sfx=sfx: getattr(module, name + sfx).copy_(_numpy_to_torch(a))
                 put("weight_ih", _layout.from_onnx(w[j], order))
@@ -321,4 +353,6 @@ def to_torch(
                     wb, rb = _layout.split_onnx_bias(bj)
                     put("bias_ih", _layout.from_onnx(wb, order))
                     put("bias_hh", _layout.from_onnx(rb, order))
+                if pj is not None:
+                    put("weight_hr", pj[j])
     return module

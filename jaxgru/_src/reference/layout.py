@@ -161,6 +161,8 @@ class Prepared:
       bias: per direction, see :func:`biases`.
       states: per state (h[, c]), per direction, the initial state ``[N, H]``.
       peep: per direction, the peepholes (i, o, f) each ``[1, H]``, or None.
+      proj: per direction, the output projection ``[P, H]`` (LSTM with ``cfg.proj``), or None.
+      hidden: the cell's H (R's rows per gate); the states h and Y have ``r``'s last axis.
     """
 
     def __init__(self, cfg: RNNConfig, operands: Sequence[Array]) -> None:
@@ -171,7 +173,7 @@ class Prepared:
         w, r, b = cast(ops.w), cast(ops.r), cast(ops.b)
         p = None if ops.p is None else cast(ops.p)
         self.length, self.batch = xt.shape[0], xt.shape[1]
-        self.hidden = r.shape[-1]
+        self.hidden = r.shape[1] // cfg.num_gates
         self.dirs = range(cfg.num_directions)
         self.tm = Time(cfg, ops.lens, self.length)
         self.x = [self.tm.proc(xt, d) for d in self.dirs]
@@ -181,10 +183,11 @@ class Prepared:
         self.bias = biases(cfg, b, self.hidden)
         self.states = [list(states(cfg, cast(s))) for s in (ops.h0, ops.c0) if s is not None]
         self.peep = [split(pd[None], 3) for pd in p] if (p is not None and cfg.peepholes) else None
+        self.proj = list(cast(ops.proj)) if cfg.proj else None
         self.unroll = unroll_for(self.length, self.batch, self.hidden)
 
     def h_prev(self, cfg: RNNConfig, y: Array, d: int) -> Array:
-        """Direction d's hidden state before each step, processing order ``[L, N, H]``."""
+        """Direction d's hidden state before each step, processing order ``[L, N, H]`` (P)."""
         return before(self.states[0][d], self.tm.proc(y_dir(cfg, y.astype(self.dtype), d), d))
 
 

@@ -4,9 +4,10 @@ steps, weight gradients.
     a = X·Wᵀ + H·Rᵀ + Wb + Rb  (blocks a_i, a_o, a_f, a_c);  peepholes: a_i += Pi ⊙ C, a_f += Pf ⊙ C
     i = f(a_i),  f_t = f(a_f)  (input_forget: f_t = 1 − i),  C' = f_t ⊙ C + i ⊙ g(a_c)
     a_o += Po ⊙ C' (the output gate's peephole sees the new cell state),  H' = f(a_o) ⊙ h(C')
+    projection (``cfg.proj``, PyTorch's proj_size): M = f(a_o) ⊙ h(C'), H' = M·projᵀ (P features)
 
-Residuals per step (``cells.LSTM.residuals``): a_i, a_o, a_f, a_c and C'. The scan drivers are
-in scan.py; the WGSL twin is wgsl/lstm.wgsl.
+Residuals per step (``cells.LSTM.residuals``): a_i, a_o, a_f, a_c and C' (M is recomputed from
+a_o and C'). The scan drivers are in scan.py; the WGSL twin is wgsl/lstm.wgsl.
 """
 
 from __future__ import annotations
@@ -19,19 +20,21 @@ from jaxgru._src.reference.layout import Array, Orient, Prepared, Time, act, act
 
 SPEC = LSTM
 Peepholes = list[Array] | None  # (i, o, f), each broadcastable to [N, H]
+# The tangents of the peepholes and of the projection ([P, H]) of one direction, or None.
+Aux = tuple[Peepholes, Array | None]
 
 
 # --------------------------------------------------------------------------------------
 # forward
 # --------------------------------------------------------------------------------------
-def loop_weights(cfg: RNNConfig, o: Orient, pr: Prepared, d: int) -> tuple[Array, Peepholes]:
-    """R in the layout the loop consumes, and the peepholes (or None)."""
+def loop_weights(cfg: RNNConfig, o: Orient, pr: Prepared, d: int) -> tuple[Array, Peepholes, Array | None]:
+    """R in the layout the loop consumes, the peepholes (or None) and the projection (or None)."""
     del cfg
     peep = None if pr.peep is None else [o.vec(v[0]) for v in pr.peep[d]]
-    return o.weight(pr.r[d]), peep
+    return o.weight(pr.r[d]), peep, None if pr.proj is None else o.weight(pr.proj[d])
 
 
-def step(cfg: RNNConfig, d: int, o: Orient, ax: list[Array], weights: tuple[Array, Peepholes],
+def step(cfg: RNNConfig, d: int, o: Orient, ax: list[Array], weights: tuple[Array, Peepholes, Array | None],
          state: tuple[Array, ...]) -> tuple[tuple[Array, Array], tuple[Array, ...]]:
     """One step on per-gate arrays: ``ax`` is X·Wᵀ + b per gate (i, o, f, c).
 
@@ -39,7 +42,7 @@ def step(cfg: RNNConfig, d: int, o: Orient, ax: list[Array], weights: tuple[Arra
       ``((H', C'), residuals)``.
     """
     f, g, hact = cfg.activations[d]
-    w_r, peep = weights
+    w_r, peep, w_p = weights
     h, c = state
     ai, ao, af, ac = (a + b for a, b in zip(ax, o.gates(o.mm(h, w_r), 4)))
     if peep is not None:
@@ -53,6 +56,8 @@ def step(cfg: RNNConfig, d: int, o: Orient, ax: list[Array], weights: tuple[Arra
         ao = ao + peep[1] * c_new  # the output gate's peephole sees the new cell state
     out = act(f, ao, cfg.clip)
     h_new = out * hact(c_new)  # onnxruntime does not clip the input of h(C)
+    if w_p is not None:
+        h_new = o.mm(h_new, w_p)  # the projection: H' = M·projᵀ
     return (h_new, c_new), (ai, ao, af, ac, c_new)
 
 
@@ -60,26 +65,28 @@ def step(cfg: RNNConfig, d: int, o: Orient, ax: list[Array], weights: tuple[Arra
 # tangent (linear in the tangents)
 # --------------------------------------------------------------------------------------
 def tangent_inputs(cfg: RNNConfig, pr: Prepared, d: int, res_d: Array, hp: Array, txp: Array, t: Operands,
-                   tbias: list[tuple[Array, Array | None]]) -> tuple[tuple[Array, ...], Peepholes]:
+                   tbias: list[tuple[Array, Array | None]]) -> tuple[tuple[Array, ...], Aux]:
     """Direction d's per-step scan inputs (everything but the carried dH, dC, hoisted) and the
-    peepholes' tangents. ``txp`` = d(X·Wᵀ + b) and ``hp`` the previous H."""
+    tangents of the peepholes and the projection. ``txp`` = d(X·Wᵀ + b) and ``hp`` the previous H."""
     del tbias  # LSTM folds every bias into txp
     ai, ao, af, ac, cs = split(res_d, 5)
     cp = before(pr.states[1][d], cs)
     tpeep = split(t.p[d][None], 3) if pr.peep is not None else None
-    return (txp + hp @ t.r[d].T, ai, ao, af, ac, cs, cp), tpeep
+    tproj = t.proj[d] if pr.proj is not None else None
+    return (txp + hp @ t.r[d].T, ai, ao, af, ac, cs, cp), (tpeep, tproj)
 
 
-def tangent_step(cfg: RNNConfig, pr: Prepared, d: int, aux: Peepholes, carry: tuple[Array, ...],
+def tangent_step(cfg: RNNConfig, pr: Prepared, d: int, aux: Aux, carry: tuple[Array, ...],
                  xs: tuple[Array, ...]) -> tuple[Array, Array]:
     """(dH', dC') from (dH, dC) and one step's :func:`tangent_inputs`."""
     f, g, hact = cfg.activations[d]
     dh, dc = carry
     ext_t, ai, ao, af, ac, c, cp_t = xs
+    tpeep, tproj = aux
     dai, dao, daf, dac = split(ext_t + dh @ pr.rt[d], 4)
     if pr.peep is not None:
-        assert aux is not None
-        (pi, _, pf), (tpi, _, tpf) = pr.peep[d], aux
+        assert tpeep is not None
+        (pi, _, pf), (tpi, _, tpf) = pr.peep[d], tpeep
         dai = dai + tpi * cp_t + pi * dc
         daf = daf + tpf * cp_t + pf * dc
     i, di_ = act_d(f, ai, cfg.clip)
@@ -92,11 +99,15 @@ def tangent_step(cfg: RNNConfig, pr: Prepared, d: int, aux: Peepholes, carry: tu
     cc, dcc_ = act_d(g, ac, cfg.clip)
     dc_new = dfg * cp_t + fg * dc + di * cc + i * dcc_ * dac
     if pr.peep is not None:
-        assert aux is not None
-        dao = dao + aux[1] * c + pr.peep[d][1] * dc_new  # the output gate's peephole sees C'
+        assert tpeep is not None
+        dao = dao + tpeep[1] * c + pr.peep[d][1] * dc_new  # the output gate's peephole sees C'
     o, do_ = act_d(f, ao, cfg.clip)
     hc, dhc_ = act_d(hact, c, None)
-    return do_ * dao * hc + o * dhc_ * dc_new, dc_new
+    dm = do_ * dao * hc + o * dhc_ * dc_new
+    if pr.proj is not None:  # H' = M·projᵀ: dH' = dM·projᵀ + M·dprojᵀ
+        assert tproj is not None
+        dm = dm @ pr.proj[d].T + (o * hc) @ tproj.T
+    return dm, dc_new
 
 
 # --------------------------------------------------------------------------------------
@@ -111,11 +122,12 @@ def backward_inputs(cfg: RNNConfig, pr: Prepared, d: int, gy_d: Array, res_d: Ar
 
 
 def backward_step(cfg: RNNConfig, pr: Prepared, d: int, carry: tuple[Array, ...], xs: tuple[Array, ...],
-                  m: Array | None) -> tuple[tuple[Array, Array], tuple[Array, None]]:
-    """One reverse step: the cotangents of the previous (H, C), and d(X·Wᵀ + b) of the step.
+                  m: Array | None) -> tuple[tuple[Array, Array], tuple[Array, Array | None]]:
+    """One reverse step: the cotangents of the previous (H, C), d(X·Wᵀ + b) of the step and,
+    with a projection, the cotangent of H' (for proj's gradient).
 
     Returns:
-      ``((dH_prev, dC_prev), (d(X·Wᵀ + b), None))``, zero on padding steps.
+      ``((dH_prev, dC_prev), (d(X·Wᵀ + b), dH' or None))``, zero on padding steps.
     """
     f, g, hact = cfg.activations[d]
     dh, dc = carry
@@ -125,8 +137,9 @@ def backward_step(cfg: RNNConfig, pr: Prepared, d: int, carry: tuple[Array, ...]
     o, do_ = act_d(f, ao, cfg.clip)
     cc, dcc_ = act_d(g, ac, cfg.clip)
     hc, dhc_ = act_d(hact, c, None)
-    dao = gh * hc * do_
-    dcell = dc + gh * o * dhc_
+    gm = gh if pr.proj is None else gh @ pr.proj[d]  # the cotangent of M = o ⊙ h(C')
+    dao = gm * hc * do_
+    dcell = dc + gm * o * dhc_
     if pr.peep is not None:
         dcell = dcell + dao * pr.peep[d][1]
     di = dcell * cc
@@ -143,13 +156,14 @@ def backward_step(cfg: RNNConfig, pr: Prepared, d: int, carry: tuple[Array, ...]
         pi, _, pf = pr.peep[d]
         dcp = dcp + dai * pi + daf * pf
     dg = jnp.concatenate([dai, dao, daf, dcell * i * dcc_], axis=-1)
-    return (Time.select(dg @ pr.r[d], gh, m), Time.select(dcp, dc, m)), (Time.zero(dg, m), None)
+    g_out = None if pr.proj is None else Time.zero(gh, m)
+    return (Time.select(dg @ pr.r[d], gh, m), Time.select(dcp, dc, m)), (Time.zero(dg, m), g_out)
 
 
-def weight_grads(cfg: RNNConfig, pr: Prepared, d: int, emit: tuple[Array, None], xs: tuple[Array, ...],
+def weight_grads(cfg: RNNConfig, pr: Prepared, d: int, emit: tuple[Array, Array | None], xs: tuple[Array, ...],
                  hp: Array) -> dict[str, Array]:
-    """Direction d's gradients of R, b and (with peepholes) P (W's is shared: scan.py)."""
-    del cfg
+    """Direction d's gradients of R, b and (with peepholes) P, (with a projection) proj
+    (W's is shared: scan.py)."""
     dgx = emit[0]
     hidden, h2 = pr.hidden, 2 * pr.hidden
     sb = sum_ln(dgx)
@@ -158,4 +172,8 @@ def weight_grads(cfg: RNNConfig, pr: Prepared, d: int, emit: tuple[Array, None],
         cs, cp = xs[5], xs[6]
         dai, dao, daf = dgx[..., :hidden], dgx[..., hidden:h2], dgx[..., h2 : 3 * hidden]
         out["p"] = jnp.concatenate([sum_ln(dai * cp), sum_ln(dao * cs), sum_ln(daf * cp)])
+    if pr.proj is not None:  # dproj = Σ dH'ᵀ·M, M = f(a_o) ⊙ h(C') recomputed from the residuals
+        f, _, hact = cfg.activations[d]
+        assert emit[1] is not None
+        out["proj"] = wgrad(emit[1], act(f, xs[2], cfg.clip) * hact(xs[5]))
     return out

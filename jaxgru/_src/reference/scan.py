@@ -178,8 +178,10 @@ def backward(cfg: RNNConfig, primals: Sequence[Array], y: Array, res: Array, cot
     for a in g_xs[1:]:
         g_x = g_x + a
     out = {"x": time_major(cfg, g_x)}
-    for f in cell_spec.param_fields:  # a weight without gradient (P without peepholes) gets zeros
-        out[f] = jnp.stack(grads[f]) if f in grads else jnp.zeros_like(getattr(ops, f))
+    operands = cell_spec.operands_for(cfg)
+    for o in operands:  # a weight without gradient (P without peepholes) gets zeros
+        if o.kind == "param":
+            out[o.field] = jnp.stack(grads[o.field]) if o.field in grads else jnp.zeros_like(getattr(ops, o.field))
     for k, o in enumerate(cell_spec.state_operands):
         out[o.field] = _finals(cfg, first, k)
-    return tuple(out[o.field].astype(getattr(ops, o.field).dtype) for o in cell_spec.operands if o.kind != "lens")
+    return tuple(out[o.field].astype(getattr(ops, o.field).dtype) for o in operands if o.kind != "lens")

@@ -29,9 +29,10 @@ class Member:
     Attributes:
       x: the input in the storage dtype and the user layout, C-contiguous.
       lens: int32 [N], clamped to [0, L] (all L when the call is not ragged).
-      h0, c0: float32 [D, N, HP] direction-major, units padded with zeros (c0 None for GRU).
-      w, r: W [D, G·H, I] and R [D, G·H, H] in the storage dtype.
+      h0, c0: float32 [D, N, 4·S4] direction-major, units padded with zeros (c0 None for GRU).
+      w, r: W [D, G·H, I] and R [D, G·H, H] (``[D, G·H, P]`` with a projection) in the storage dtype.
       b: float32 [D, 2·G·H]; p: float32 [D, 3·H] (LSTM with peepholes) or None.
+      proj: an LSTM's projection [D, P, H] in the storage dtype, or None.
     """
 
     x: np.ndarray
@@ -42,6 +43,7 @@ class Member:
     r: np.ndarray
     b: np.ndarray
     p: np.ndarray | None
+    proj: np.ndarray | None = None
 
 
 def _pad_units(a: np.ndarray, hp: int) -> np.ndarray:
@@ -96,7 +98,7 @@ def member(cfg: RNNConfig, operands, geo: Geometry, storage: str) -> Member:
     Returns:
       The :class:`Member`.
     """
-    x, w, r, b, p, h0, c0, lens = spec(cfg.cell).unpack(operands)
+    x, w, r, b, p, h0, c0, lens, proj = spec(cfg.cell).unpack(operands)
     if cfg.ragged:
         lens = np.clip(np.asarray(lens, np.int64), 0, geo.L).astype(np.int32)
     else:
@@ -105,12 +107,13 @@ def member(cfg: RNNConfig, operands, geo: Geometry, storage: str) -> Member:
     return Member(
         x=np.ascontiguousarray(x, dtype=st),
         lens=lens,
-        h0=_states(cfg, h0, geo.HP),
-        c0=None if c0 is None else _states(cfg, c0, geo.HP),
+        h0=_states(cfg, h0, 4 * geo.S4),
+        c0=None if c0 is None else _states(cfg, c0, 4 * geo.S4),
         w=np.ascontiguousarray(w, dtype=st),
         r=np.ascontiguousarray(r, dtype=st),
         b=np.ascontiguousarray(b, dtype=np.float32),
         p=np.ascontiguousarray(p, dtype=np.float32) if cfg.cell == "lstm" and cfg.peepholes else None,
+        proj=None if proj is None else np.ascontiguousarray(proj, dtype=st),
     )
 
 
@@ -119,12 +122,12 @@ def member(cfg: RNNConfig, operands, geo: Geometry, storage: str) -> Member:
 # --------------------------------------------------------------------------------------
 def y_shape(geo: Geometry, n: int) -> tuple[int, ...]:
     """Y's shape for ``n`` batch rows in the user layout."""
-    return shapes.y_shape(geo.layout, geo.L, geo.D, n, geo.H)
+    return shapes.y_shape(geo.layout, geo.L, geo.D, n, geo.out)
 
 
-def state_shape(geo: Geometry, n: int) -> tuple[int, ...]:
-    """Y_h's (and Y_c's) shape for ``n`` batch rows in the user layout."""
-    return shapes.state_shape_of(geo.layout, geo.D, n, geo.H)
+def state_shapes(geo: Geometry, n: int) -> list[tuple[int, ...]]:
+    """Y_h's (and Y_c's) shapes for ``n`` batch rows in the user layout."""
+    return [shapes.state_shape_of(geo.layout, geo.D, n, w) for w in geo.final_widths]
 
 
 def trivial(cfg: RNNConfig, operands, geo: Geometry, residuals: bool) -> tuple[np.ndarray, ...]:

@@ -73,11 +73,14 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
     plan.module_storage("f32", r_storage, False)  # validates r_storage before any work
     members = [operands] if not ensemble else [[a[e] for a in operands] for e in range(ensemble)]
     x0, r0 = members[0][0], members[0][2]
+    # with a projection R is [D, G·H, P]: H from its rows, P from its columns
+    hidden = r0.shape[1] // cfg.num_gates if cfg.proj else r0.shape[-1]
+    proj_size = r0.shape[-1] if cfg.proj else 0
     # y and the states in the operands' dtype, res (if any) in float32
     dtypes = [dtype] * len(spec(cfg.cell).outputs) + [np.dtype(np.float32)]
     dests = list(out) if out is not None else [np.empty(s, dt) for s, dt in zip(out_shapes, dtypes)]
-    if 0 in (x0.shape[0], x0.shape[1], r0.shape[-1]):  # no work: L, N or H is 0
-        geo = plan.geometry(cfg, x0.shape, r0.shape[-1], residuals, 4)
+    if 0 in (x0.shape[0], x0.shape[1], hidden, r0.shape[-1]):  # no work: L, N, H or P is 0
+        geo = plan.geometry(cfg, x0.shape, hidden, residuals, 4, proj_size=proj_size)
         for e, m in enumerate(members):
             for dst, value in zip(dests, host.trivial(cfg, m, geo, residuals), strict=True):
                 np.copyto(dst[e] if ensemble else dst, value, casting="unsafe")
@@ -85,8 +88,8 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
         has_f16 = runtime.runtime().has_f16
         storage = "f16" if dtype == np.float16 and has_f16 else "f32"
         module = plan.module_storage(storage, r_storage, has_f16)
-        geo = plan.geometry(cfg, x0.shape, r0.shape[-1], residuals, 2 if storage == "f16" else 4,
-                            2 if module != "f32" else 4)
+        geo = plan.geometry(cfg, x0.shape, hidden, residuals, 2 if storage == "f16" else 4,
+                            2 if module != "f32" else 4, proj_size)
         prepared = [host.member(cfg, m, geo, storage) for m in members]
         prepare_s = time.perf_counter() - t0
         # a lost device is retried: count the attempt that ran. Only its stats are kept (a
@@ -216,11 +219,13 @@ class _Call:
             c[o.wgsl] = int(getattr(cfg, o.name))
         if cell.peepholes:
             c["PEEPHOLES"] = int(cfg.peepholes)
+        if geo.P:  # only then: an unprojected call's pipelines keep their constants
+            c.update(PROJ=1, P=geo.P, S4=geo.S4, PROJ_OFF=geo.projt_offset)
         c["NB"] = self.plan.nb
         tile = self.plan.tile
         if self.plan.variant == "persistent":
             bpw = self.plan.bpw
-            c.update(PERSISTENT=1, BPW=bpw, WG_P=bpw // self.plan.nb * geo.H4, HS_LEN=2 * bpw * geo.H4)
+            c.update(PERSISTENT=1, BPW=bpw, WG_P=bpw // self.plan.nb * geo.H4, HS_LEN=geo.hs_rows * bpw * geo.H4)
         elif tile is not None:
             c.update(TR=tile.rows, TU=tile.units4, KS=tile.split, KT4=tile.kt4, WG_T=tile.invocations,
                      TS_LEN=tile.shared_vec4s(geo.G))
@@ -255,9 +260,14 @@ class _Call:
         # at least one vec4 (16 bytes): the kernels bind them as array<vec4<...>>, even when empty
         dev = {name: self._scratch(max(n, 16)) for name, n in geo.weight_bytes().items()}
         base = {"G": geo.G, "H": geo.H, "D": geo.D, "WG": plan.PREP_WORKGROUP}
-        for name, src, k_in, k_out in (("wt", "w", geo.I, geo.I), ("rt", "r", geo.H, geo.HP)):
+        for name, src, k_in, k_out in (("wt", "w", geo.I, geo.I), ("rt", "r", geo.out, geo.PP)):
             preps.append(_Prep("prep_t", {**base, "KIN": k_in, "KOUT": k_out}, raw[src], dev[name],
                                geo.D * k_out * geo.G * geo.H4, self.module if name == "rt" else self.storage))
+        if m.proj is not None:  # projt [D, HP, P4] after rt, in rt's type: prep_t with one "gate" of P rows
+            consts: dict[str, float] = {**base, "G": 1, "H": geo.P, "KIN": geo.H, "KOUT": geo.HP,
+                                        "OUT_OFF": geo.projt_offset}
+            preps.append(_Prep("prep_t", consts, self._upload(m.proj), dev["rt"], geo.D * geo.HP * geo.PP // 4,
+                               self.module))
         for name, lay in host.bias_layouts(self.cfg, geo).items():
             preps.append(_Prep("prep_bias", {**base, **lay.constants}, raw[lay.src], dev[name],
                                geo.D * int(lay.constants["NQ"]) * geo.H4, self.storage))
@@ -271,15 +281,15 @@ class _Call:
         m_rows = geo.L * n
         x_buf = self._upload(m.x[:, n0:n1] if geo.layout == 0 else m.x[n0:n1])
         lens = self._upload(m.lens[n0:n1])
-        slot = geo.D * n * geo.HP * 4
+        slot = geo.D * n * geo.S4 * 16
         state = self._scratch(geo.slots * slot, _INPUT)
         self._write(state[0], 0, m.h0[:, n0:n1])
         if m.c0 is not None:
             self._write(state[0], 2 * slot, m.c0[:, n0:n1])
         xp = self._scratch(geo.D * m_rows * geo.G * geo.HP * 4)
         units = geo.D * n * geo.H
-        outputs = [self._scratch(geo.L * units * geo.itemsize, _OUTPUT),
-                   self._scratch(geo.finals * units * geo.itemsize, _OUTPUT)]
+        outputs = [self._scratch(geo.L * geo.D * n * geo.out * geo.itemsize, _OUTPUT),
+                   self._scratch(sum(geo.final_widths) * geo.D * n * geo.itemsize, _OUTPUT)]
         if geo.K:
             outputs.append(self._scratch(geo.L * units * geo.K * 4, _OUTPUT))
         res = outputs[2] if geo.K else self._scratch(4)
@@ -298,7 +308,7 @@ class _Call:
         elif plan_.tile is not None:
             rgrid = plan.grid2d(plan_.tile.workgroups(geo, n), self.max_dim)
         else:
-            threads = geo.D * -(-n // plan_.nb) * geo.H4
+            threads = geo.D * -(-n // plan_.nb) * max(geo.H4, geo.PP // 4)  # lstm_proj: P4 per row block
             rgrid = plan.grid2d(-(-threads // plan.STEPWISE_WORKGROUP), self.max_dim)
         return _Job(index, n0, n, xproj, xgrid, recur, rgrid, outputs)
 
@@ -435,7 +445,7 @@ class _Call:
             finals = own[1 : 1 + geo.finals]
             sinks.append(partial(_put, _take(own[0], y_ax, rows), st, host.y_shape(geo, job.n)))
             sinks.append(partial(_put_finals, [_take(f, s_ax, rows) for f in finals], st,
-                                 host.state_shape(geo, job.n)))
+                                 host.state_shapes(geo, job.n)))
             if geo.K:
                 sinks.append(partial(_put, own[-1][:, :, rows], np.dtype(np.float32),
                                      (geo.D, geo.L, job.n, geo.K * geo.H)))
@@ -459,11 +469,13 @@ def _put(dst: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], raw: np.ndarr
         np.copyto(dst, np.frombuffer(raw, dtype, count=math.prod(shape)).reshape(shape), casting="unsafe")
 
 
-def _put_finals(dsts: list[np.ndarray], dtype: np.dtype, shape: tuple[int, ...], raw: np.ndarray) -> None:
-    """The final states [Y_h | Y_c] of one chunk, each into its destination."""
-    count = math.prod(shape)
-    for f, dst in enumerate(dsts):
-        _put(dst, dtype, shape, raw[f * count * dtype.itemsize : (f + 1) * count * dtype.itemsize])
+def _put_finals(dsts: list[np.ndarray], dtype: np.dtype, shapes_: list[tuple[int, ...]], raw: np.ndarray) -> None:
+    """The final states [Y_h | Y_c] of one chunk (each of its own shape), each into its destination."""
+    offset = 0
+    for dst, shape in zip(dsts, shapes_, strict=True):
+        nbytes = math.prod(shape) * dtype.itemsize
+        _put(dst, dtype, shape, raw[offset : offset + nbytes])
+        offset += nbytes
 
 
 def _words(nbytes: int) -> int:

@@ -109,6 +109,7 @@ class Geometry:
       itemsize: bytes per element of ``ST`` (x, weights, outputs): 2 for f16 storage, else 4.
       K: residual blocks of H per step (GRU lbr=0: 3, lbr=1: 4, LSTM: 5); 0 without residuals.
       r_itemsize: bytes per element of R's device copy ``rt`` (0: ``itemsize``; 2 with R in f16).
+      P: an LSTM's projection size (features of h and Y; R is ``[D, G·H, P]``), 0 for none.
     """
 
     cell: str
@@ -121,6 +122,32 @@ class Geometry:
     itemsize: int
     K: int
     r_itemsize: int = 0
+    P: int = 0
+
+    @property
+    def out(self) -> int:
+        """Features of h, Y and Y_h: P with a projection, else H."""
+        return self.P or self.H
+
+    @property
+    def PP(self) -> int:
+        """``out`` padded to vec4s: the rows of rt."""
+        return 4 * -(-self.out // 4)
+
+    @property
+    def S4(self) -> int:
+        """vec4s per row of a state slot (h has ``out`` features, c and m have H)."""
+        return max(self.H4, self.PP // 4)
+
+    @property
+    def hs_rows(self) -> int:
+        """Copies of a row's HP units in the persistent kernel's workgroup memory: h, h' (and m)."""
+        return 3 if self.P else 2
+
+    @property
+    def final_widths(self) -> tuple[int, ...]:
+        """Features of each final state: Y_h (``out``), then Y_c (H) for LSTM."""
+        return (self.out, self.H)[: self.finals]
 
     @property
     def G(self) -> int:
@@ -141,8 +168,8 @@ class Geometry:
 
     @property
     def slots(self) -> int:
-        """State slots (see recurrence_common.wgsl): 2 for h, then c or z and r⊙h."""
-        return 3 if self.cell == "lstm" else 4
+        """State slots (see recurrence_common.wgsl): 2 for h, then c or z and r⊙h (or c and m)."""
+        return 3 if self.cell == "lstm" and not self.P else 4
 
     def row_bytes(self) -> dict[str, int]:
         """Bytes per batch row of every per-call device buffer."""
@@ -150,29 +177,36 @@ class Geometry:
         out = {
             "x": L * I * s,
             "xp": D * L * self.G * self.HP * 4,
-            "y": L * D * H * s,
-            "yfinal": self.finals * D * H * s,
-            "state": self.slots * D * self.HP * 4,
+            "y": L * D * self.out * s,
+            "yfinal": sum(self.final_widths) * D * s,
+            "state": self.slots * D * 4 * self.S4 * 4,
         }
         if self.K:
             out["res"] = D * L * self.K * H * 4
         return out
 
     def weight_bytes(self) -> dict[str, int]:
-        """Bytes of the device copies of the weights."""
+        """Bytes of the device copies of the weights (an LSTM's projt shares rt's buffer)."""
         D, I, G, HP, s = self.D, self.I, self.G, self.HP, self.itemsize  # noqa: E741
         rs = self.r_itemsize or s
+        projt = D * HP * self.PP * rs if self.P else 0
         return {
-            "wt": D * I * G * HP * s, "rt": D * HP * G * HP * rs, "xb": D * G * HP * 4, "pr": D * 3 * HP * 4,
+            "wt": D * I * G * HP * s, "rt": D * self.PP * G * HP * rs + projt, "xb": D * G * HP * 4,
+            "pr": D * 3 * HP * 4,
         }
+
+    @property
+    def projt_offset(self) -> int:
+        """vec4 offset of projt in the rt buffer (after rt [D, PP, G, H4])."""
+        return self.D * self.PP * self.G * self.H4
 
 
 def geometry(cfg: RNNConfig, x_shape: tuple[int, ...], hidden: int, residuals: bool, itemsize: int,
-             r_itemsize: int = 0) -> Geometry:
-    """The :class:`Geometry` of a call from x's shape (one member) and the hidden size."""
+             r_itemsize: int = 0, proj_size: int = 0) -> Geometry:
+    """The :class:`Geometry` of a call from x's shape (one member), the hidden and projection sizes."""
     L, N = (x_shape[0], x_shape[1]) if cfg.layout == 0 else (x_shape[1], x_shape[0])
     k = spec(cfg.cell).residuals(cfg) if residuals else 0
-    return Geometry(cfg.cell, cfg.layout, L, N, x_shape[2], hidden, cfg.num_directions, itemsize, k, r_itemsize)
+    return Geometry(cfg.cell, cfg.layout, L, N, x_shape[2], hidden, cfg.num_directions, itemsize, k, r_itemsize, proj_size)
 
 
 R_STORAGES = ("auto", "f32", "f16")
@@ -320,8 +354,8 @@ def tiling(geo: Geometry, limits: dict[str, int], n: int | None = None) -> Tilin
 def rows_per_invocation(geo: Geometry, limits: dict[str, int] | None = None) -> int:
     """NB: batch rows per invocation (each load of R serves NB rows)."""
     nb = max(1, min(ROWS_PER_INVOCATION, geo.N))
-    if limits is not None:  # persistent: NB rows of h must fit in workgroup memory
-        nb = max(1, min(nb, limits[_L_WGMEM] // (2 * geo.HP * 4)))
+    if limits is not None:  # persistent: NB rows of h (and m) must fit in workgroup memory
+        nb = max(1, min(nb, limits[_L_WGMEM] // (geo.hs_rows * geo.HP * 4)))
     return nb
 
 
@@ -329,11 +363,12 @@ def persistent_rows(geo: Geometry, limits: dict[str, int], nb: int) -> int:
     """Batch rows per persistent workgroup (a multiple of ``nb``), or 0 when it cannot run.
 
     One invocation per (NB rows, 4 hidden units); workgroup memory holds two copies of the
-    workgroup's h (double buffer, or h and r⊙h for GRU lbr=0).
+    workgroup's h (double buffer, or h and r⊙h for GRU lbr=0), and m = o⊙h(c) with an LSTM
+    projection (whose P features must not outnumber H's invocations: ``PP <= HP``).
     """
     threads = min(limits[_L_INVOC], limits[_L_SIZE_X])
-    block_mem = 2 * nb * geo.HP * 4
-    if threads < geo.H4 or block_mem > limits[_L_WGMEM]:
+    block_mem = geo.hs_rows * nb * geo.HP * 4
+    if threads < geo.H4 or block_mem > limits[_L_WGMEM] or geo.PP > geo.HP:
         return 0
     blocks_needed = -(-geo.N // nb)
     blocks = max(1, PERSISTENT_TARGET_THREADS // geo.H4)
@@ -356,11 +391,11 @@ def choose_variant(geo: Geometry, limits: dict[str, int], variant: str) -> tuple
     """
     if variant not in VARIANTS:
         raise ValueError(f"jaxgru wgsl: variant must be one of {VARIANTS}; got {variant!r}.")
-    # Merge note (projected LSTM, branch h-proj): the tiled kernels have no `proj` operand yet, so
-    # an LSTM with a projection must not be tiled: make `tile = None` here when it has one (and
-    # let variant="tiled" raise), e.g. `tile = tiling(geo, limits) if not geo.proj else None`.
+    if variant == "tiled" and geo.P:
+        raise ValueError(f"jaxgru wgsl: the tiled kernels have no projection; got proj_size={geo.P}. "
+                         "Use variant='stepwise' or 'auto'.")
     if variant in ("auto", "tiled"):
-        tile = tiling(geo, limits)
+        tile = tiling(geo, limits) if not geo.P else None  # a projected LSTM is not tiled (no proj step)
         if variant == "tiled" and tile is None:
             raise ValueError(
                 f"jaxgru wgsl: the tiled kernel cannot run hidden_size={geo.H}: no tiling fits "
@@ -372,12 +407,17 @@ def choose_variant(geo: Geometry, limits: dict[str, int], variant: str) -> tuple
     else:
         tile = None
     nb = rows_per_invocation(geo, limits)
+    if geo.PP > geo.HP:  # the persistent kernel projects with the gates' invocations (P4 <= H4)
+        if variant == "persistent":
+            raise ValueError(f"jaxgru wgsl: the persistent kernel projects to at most 4*ceil(hidden_size/4)="
+                             f"{geo.HP} features; got proj_size={geo.P}. Use variant='stepwise' or 'auto'.")
+        return "stepwise", rows_per_invocation(geo), 0
     bpw = persistent_rows(geo, limits, nb)
     if variant == "persistent" and not bpw:
         raise ValueError(
             f"jaxgru wgsl: the persistent kernel cannot run hidden_size={geo.H}: it needs "
             f"{geo.H4} invocations per workgroup (device: {min(limits[_L_INVOC], limits[_L_SIZE_X])}) "
-            f"and {2 * geo.HP * 4} bytes of workgroup memory ({_L_WGMEM}={limits[_L_WGMEM]})."
+            f"and {geo.hs_rows * geo.HP * 4} bytes of workgroup memory ({_L_WGMEM}={limits[_L_WGMEM]})."
         )
     small = geo.H <= PERSISTENT_MAX_HIDDEN and geo.N * geo.D * geo.H <= PERSISTENT_MAX_STATE
     if variant == "persistent" or (variant == "auto" and bpw and small):
@@ -491,6 +531,8 @@ def recurrence_entries(cfg: RNNConfig, variant: str) -> list[str]:
     tiled = "_tiled" if variant == "tiled" else ""
     if cfg.cell == "gru" and not cfg.linear_before_reset:
         return [f"gru{tiled}_gates_zr", f"gru{tiled}_step"]  # r ⊙ h needs all of r before the h-gate
+    if cfg.cell == "lstm" and cfg.proj:
+        return ["lstm_step", "lstm_proj"]  # proj·(o ⊙ h(c)) needs all of o ⊙ h(c)
     return [f"{cfg.cell}{tiled}_step"]
 
 
