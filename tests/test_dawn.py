@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 import numpy as np
 import pytest
 import wgsl_support
-from test_webgpu_kernels import CELLS, SIG, TANH, TILINGS, VARIANTS, make_cfg, make_operands
+from test_webgpu_kernels import BOTH, CELLS, SIG, TANH, TILINGS, VARIANTS, make_cfg, make_operands
 
 from jaxgru._src.activations import NAMES, Activation
 from jaxgru._src.options import RNNConfig

@@ -24,6 +24,7 @@ CELLS = {  # name -> (cell, extra options)
     "lstm": ("lstm", {"peepholes": True}),
 }
 VARIANTS = ("persistent", "stepwise", "tiled")
+BOTH = ("persistent", "stepwise")  # a projected LSTM is never tiled
 # Tilings (TR rows, TU unit vec4s, NB rows per invocation, KS k splits, KT4 k vec4s per staged
 # tile) that reach every path of recurrence_tiled.wgsl at H = 37 (H4 = 10, several k tiles and a
 # partial last one; unit and row tiles past the end; spare workgroups; k-split reduction).

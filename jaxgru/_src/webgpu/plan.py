@@ -206,7 +206,8 @@ def geometry(cfg: RNNConfig, x_shape: tuple[int, ...], hidden: int, residuals: b
     """The :class:`Geometry` of a call from x's shape (one member), the hidden and projection sizes."""
     L, N = (x_shape[0], x_shape[1]) if cfg.layout == 0 else (x_shape[1], x_shape[0])
     k = spec(cfg.cell).residuals(cfg) if residuals else 0
-    return Geometry(cfg.cell, cfg.layout, L, N, x_shape[2], hidden, cfg.num_directions, itemsize, k, r_itemsize, proj_size)
+    return Geometry(cfg.cell, cfg.layout, L, N, x_shape[2], hidden, cfg.num_directions, itemsize, k, r_itemsize,
+                    proj_size)
 
 
 R_STORAGES = ("auto", "f32", "f16")
