@@ -18,10 +18,14 @@ BINDINGS: dict[str, dict[int, str]] = {
         0: RO, 1: RO, 2: RO, 3: RO, 4: RW, 5: RW, 6: RW, 7: RW, 8: UNIFORM, 9: UNIFORM_DYNAMIC,
     },
     "prep": {0: RO, 1: RW},
+    "tangent_proj": {0: RO, 1: RO, 2: RO, 3: RO, 4: RW, 5: UNIFORM},
 }
 
 # kernel file -> its binding family
-FAMILY = {"xproj": "xproj", "gru": "recurrence", "lstm": "recurrence", "prep_t": "prep", "prep_bias": "prep"}
+FAMILY = {"xproj": "xproj", "gru": "recurrence", "lstm": "recurrence", "prep_t": "prep", "prep_bias": "prep",
+          "tangent_proj": "tangent_proj", "gru_tangent": "recurrence", "lstm_tangent": "recurrence"}
+# recurrence kernels that also need the activations' derivatives (act_deriv, tangent_common.wgsl)
+TANGENT_KERNELS = ("gru_tangent", "lstm_tangent")
 
 
 def wgsl_dir() -> pathlib.Path:
@@ -57,20 +61,36 @@ def activation_switch() -> str:
     )
 
 
+def derivative_switch() -> str:
+    """``fn act_deriv(kind, x, A, B)``: d/dx of ``act``, one case per activation, from activations.py."""
+    cases = "".join(
+        f"    case {i}u: {{ return {Activation(name).wgsl_deriv()}; }}\n" for i, name in enumerate(NAMES)
+    )
+    return (
+        "\n// generated from jaxgru/_src/activations.py (case = Activation.kind_id)\n"
+        "fn act_deriv(kind: u32, x: f32, A: f32, B: f32) -> f32 {\n"
+        f"  switch kind {{\n{cases}    default: {{ return 1.0; }}\n  }}\n}}\n"
+    )
+
+
 @functools.cache
 def source(kernel: str, storage: str) -> str:
     """The full WGSL module text of a kernel file for a storage type.
 
     Args:
-      kernel: "xproj", "gru", "lstm", "prep_t" or "prep_bias".
+      kernel: a key of ``FAMILY`` ("xproj", "gru", "lstm", "prep_t", "prep_bias", "tangent_proj",
+        "gru_tangent", "lstm_tangent").
       storage: "f32" or "f16" (the element type ``ST`` of x, weights and outputs).
 
     Returns:
       The module source.
     """
     header = ("enable f16;\n" if storage == "f16" else "") + f"alias ST = {storage};\n"
-    if FAMILY[kernel] == "xproj":
+    if FAMILY[kernel] in ("xproj", "tangent_proj"):
         return header + _read(kernel)
     if FAMILY[kernel] == "prep":
         return header + _read("prep") + _read(kernel)
-    return header + _read("recurrence_common") + activation_switch() + _read(kernel)
+    common = header + _read("recurrence_common") + activation_switch()
+    if kernel in TANGENT_KERNELS:
+        return common + derivative_switch() + _read("tangent_common") + _read(kernel)
+    return common + _read(kernel)
