@@ -146,7 +146,8 @@ def test_check_grads_forward_mode_on_wgsl(cell):
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_float16(cell):
     flag = {"linear_before_reset": 1} if cell == "gru" else {"peep": True}
-    case = random_case(np.random.default_rng(3), cell, h0=True, c0=cell == "lstm", lens=[5, 2, 0], **flag)
+    # I=3, H=5: the f16 weights of GRU are not whole words (their upload joins W and dW on the host)
+    case = random_case(np.random.default_rng(3), cell, I=3, H=5, h0=True, c0=cell == "lstm", lens=[5, 2, 0], **flag)
     f, args, tangents = _jvp_problem(case, 0)
     args, tangents = jax.tree.map(lambda a: a.astype(jnp.float16), (args, tangents))
     want = jax.jvp(f("xla"), args, tangents)
@@ -158,7 +159,7 @@ def test_float16(cell):
 def test_ensemble_and_vmap():
     case = random_case(np.random.default_rng(4), "lstm", h0=True, c0=True, lens=[5, 0, 3], peep=True,
                        direction="bidirectional")
-    f, (p, x, s), (tp, tx, ts) = _jvp_problem(case, 0)
+    f, (p, x, s), (tp, tx, _) = _jvp_problem(case, 0)
     ens = jax.tree.map(lambda a: jnp.stack([a, 0.5 * a]), p)
     t_ens = jax.tree.map(lambda a: jnp.stack([a, -a]), tp)
     jvp = lambda be: lambda p, tp: jax.jvp(lambda p: f(be)(p, x, s), (p,), (tp,))

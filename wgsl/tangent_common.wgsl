@@ -1,7 +1,7 @@
 // tangent_common.wgsl — what the tangent (forward-mode) recurrences share, after
 // recurrence_common.wgsl and the generated `act` and `act_deriv` switches.
 //
-// The tangent kernels use recurrence_common's binding table with these contents:
+// Bindings: recurrence_common's table (family "recurrence"), holding in the tangent kernels:
 //   0  xp      E = d(X·Wᵀ + b) [D, L, N, G, H4], time order (tangent_proj.wgsl)
 //   1  rt      [2, D, HP, G, H4]: Rᵀ, then dRᵀ (direction slot D + d)
 //   2  pr      LSTM: [2, D, 3, H4] P then dP;  GRU lbr=1: dRb [D, 3, H4];  else unused
@@ -11,6 +11,8 @@
 //   7  res     the forward's [res [D, L, N, K·H] | Y as f32, user layout]   (read only)
 // The forward's h before step t is kept in a state slot (initial_h, then Y of the step before),
 // so the mat-vecs dh·Rᵀ and h·dRᵀ both read the state buffer.
+// Overrides: recurrence_common's (RESIDUALS is off: the tangent writes no residuals; K is the
+// forward's residual count, to read them).
 
 const S_DH: u32 = 0u;  // 0/1: dh, ping-pong by step parity
 const S_HP: u32 = 2u;  // 2/3: the forward's h before the step, ping-pong

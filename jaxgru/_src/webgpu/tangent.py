@@ -117,7 +117,7 @@ def tangent(cfg: RNNConfig, primals: Sequence, y, res, tangents: Sequence, *, en
         call = _Call(rt, cfg, geo, storage, "stepwise",
                      CallStats(calls=1, kind="tangent", host_prepare_s=prepare_s))
         attempts[:] = [call.stats]
-        call.run(prepared, dests, ensemble > 0)
+        call.run_tangent(prepared, dests, ensemble > 0)
 
     runtime.run(attempt)
     attempts[-1].host_total_s = time.perf_counter() - t0
@@ -143,7 +143,7 @@ class _Call(kernels._Call):
                 self._write(buf, offset, part)
         return buf, size
 
-    def _weights(self, pm: host.Member, tm: host.Member, preps: list[kernels._Prep]) -> dict:
+    def _tangent_weights(self, pm: host.Member, tm: host.Member, preps: list[kernels._Prep]) -> dict:
         """Upload a member's weights with their tangents and queue the prep dispatches.
 
         Returns:
@@ -219,7 +219,17 @@ class _Call(kernels._Call):
         rgrid = plan.grid2d(-(-threads // plan.STEPWISE_WORKGROUP), self.max_dim)
         return kernels._Job(index, n0, n, proj, xgrid, recur, rgrid, outputs)
 
-    def _run(self, members, dests: list[np.ndarray], ensemble: bool) -> None:  # type: ignore[override]
+    def run_tangent(self, items: list[Prepared], dests: list[np.ndarray], ensemble: bool) -> None:
+        """Upload, record, submit once, read back once into ``dests`` (see :func:`tangent`)."""
+        try:
+            self._record(items, dests, ensemble)
+        finally:
+            for buf in self.acquired:
+                self.rt.pool.release(buf)
+            self.acquired.clear()
+            self.rt.finish_call()
+
+    def _record(self, items: list[Prepared], dests: list[np.ndarray], ensemble: bool) -> None:
         rt, stats, geo = self.rt, self.stats, self.geo
         t0 = time.perf_counter()
         proj = rt.pipeline("tangent_proj", "tangent_proj", self.storage, {
@@ -230,8 +240,8 @@ class _Call(kernels._Call):
         sched = self._schedule()
         jobs: list[kernels._Job] = []
         preps: list[kernels._Prep] = []
-        for i, item in enumerate(members):
-            w = self._weights(item[0], item[1], preps)
+        for i, item in enumerate(items):
+            w = self._tangent_weights(item[0], item[1], preps)
             jobs += [self._tangent_job(i, item, w, n0, n1, sched) for n0, n1 in self.plan.chunks]
         prep_groups = [(rt.pipeline(q.kernel, q.kernel, self.storage, q.constants),
                         rt.bind_group("prep", {0: q.src, 1: q.dst}),
