@@ -184,7 +184,7 @@ def test_batch_chunks_and_counters():
     assert last["bytes_uploaded"] >= 2 * x.nbytes and last["bytes_read_back"] >= dy.nbytes
     with runtime.limit_override(max_storage_buffer_binding_size=2048):  # 2 chunks: rows of 3, 2
         counters.reset_counters()
-        got = jax.jit(lambda a, t: jax.jvp(f("wgsl"), a, t))(args, tangents)
+        got = jax.block_until_ready(jax.jit(lambda a, t: jax.jvp(f("wgsl"), a, t))(args, tangents))
         assert counters.counters()["by_kind"]["tangent"]["dispatches"] == 3 + 2 * (1 + 2 * 6)
     _close(want, got)
 
@@ -195,3 +195,43 @@ def test_second_order_goes_through_the_reference():
     second = lambda be: lambda x: jax.jvp(lambda x: jax.jvp(lambda x: f(be)(p, x, s), (x,), (tx,))[1],
                                           (x,), (tx,))
     chex.assert_trees_all_close(jax.jit(second("wgsl"))(x), second("xla")(x), **F32)
+
+
+def test_jacfwd_and_shard_map():
+    params = jaxgru.init_gru(jax.random.key(0), 3, 5, bidirectional=True)
+    x = jax.random.normal(jax.random.key(1), (6, 4, 3))
+    lens = jnp.array([6, 3, 0, 1])
+    h = lambda be: lambda x: jaxgru.gru(params, x, direction="bidirectional", sequence_lens=lens, backend=be)[1]
+    chex.assert_trees_all_close(jax.jit(jax.jacfwd(h("wgsl")))(x), jax.jacfwd(h("xla"))(x), **F32)
+    par = jaxgru.sharded(jaxgru.gru, jax.make_mesh((4,), ("batch",)))
+    f = lambda be: lambda p, x: par(p, x, direction="bidirectional", sequence_lens=lens, backend=be)
+    t = jax.tree.map(jnp.ones_like, (params, x))
+    counters.reset_counters()
+    got = jax.block_until_ready(jax.jit(lambda p, x: jax.jvp(f("wgsl"), (p, x), t))(params, x))
+    assert counters.counters()["by_kind"]["tangent"]["calls"] == 4  # one per device, on its shard
+    _close(jax.jvp(f("xla"), (params, x), t), got)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_derivatives_at_ties_match_jax(cell):
+    """W = R = 0 and biases 0 or ±clip put every activation input exactly on a tie (0, the clip
+    bound, HardSigmoid's bend): where jax's max/clip split the derivative 0.5 / 0.5."""
+    hidden, clip = 4, 0.5
+    d, g = 2, 3 if cell == "gru" else 4
+    acts = ["Relu", "HardSigmoid"] if cell == "gru" else ["Relu", "Relu", "HardSigmoid"]
+    acts += acts[::-1]
+    n_hs = acts.count("HardSigmoid")
+    b = np.zeros((d, 2 * g * hidden), np.float32)
+    b[:, hidden : 2 * hidden] = clip  # the second gate's input sits on the clip bound
+    b[1, :hidden] = -clip
+    init = jaxgru.init_gru if cell == "gru" else jaxgru.init_lstm
+    params = init(jax.random.key(0), 2, hidden, bidirectional=True)
+    params = jax.tree.map(jnp.zeros_like, params)._replace(b=jnp.asarray(b))
+    fn = jaxgru.gru if cell == "gru" else jaxgru.lstm
+    kw = dict(direction="bidirectional", activations=acts, activation_alpha=[0.5] * n_hs,
+              activation_beta=[0.0] * n_hs, clip=clip)
+    f = lambda be: lambda p, x: fn(p, x, **kw, backend=be)
+    x = jnp.ones((3, 2, 2))
+    keys = iter(jax.random.split(jax.random.key(1), 8))
+    t = jax.tree.map(lambda a: jax.random.normal(next(keys), a.shape, a.dtype), (params, x))
+    _close(jax.jvp(f("xla"), (params, x), t), jax.jit(lambda p, x: jax.jvp(f("wgsl"), (p, x), t))(params, x))
