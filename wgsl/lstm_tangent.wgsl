@@ -2,9 +2,9 @@
 // recurrence_common.wgsl, the generated activation switches and tangent_common.wgsl.
 //
 // The linearisation of lstm.wgsl around the forward's residuals (a_i, a_o, a_f, a_c, c') and
-// Y, as reference/lstm.py:tangent_step (E = d(X·Wᵀ + b), h and c the forward's state before
-// the step):
-//   da = E + dh·Rᵀ + h·dRᵀ;  peepholes: da_i += dP_i⊙c + P_i⊙dc, da_f likewise
+// Y, as reference/lstm.py:tangent_step (h and c the forward's state before the step; E from
+// tangent_proj.wgsl: d(X·Wᵀ + b) + h·dRᵀ):
+//   da = E + dh·Rᵀ;  peepholes: da_i += dP_i⊙c + P_i⊙dc, da_f likewise
 //   di = f'(a_i)⊙da_i;  df = f'(a_f)⊙da_f (input_forget: −di)
 //   dc' = df⊙c + f_t⊙dc + di⊙g(a_c) + i⊙g'(a_c)⊙da_c;  peepholes: da_o += dP_o⊙c' + P_o⊙dc'
 //   dh' = f'(a_o)⊙da_o⊙h(c') + o⊙h'(c')⊙dc';  masked steps keep dh and dc, dY = 0.
@@ -31,9 +31,7 @@ fn lstm_tangent_step(
   let t = sched.t0;
   let cur = t & 1u;
   let hb = slot_index(S_DH + cur, it.d, it.n, 0u);
-  let pb = slot_index(S_HP + cur, it.d, it.n, 0u);
-  let a = matvec(it.d, hb, it.rows, it.j4, 0u, 4u);           // dh·Rᵀ
-  let b = matvec(it.d + dims.D, pb, it.rows, it.j4, 0u, 4u);  // h·dRᵀ
+  let a = matvec(it.d, hb, it.rows, it.j4, 0u, 4u);  // dh·Rᵀ
   let dd = it.d + dims.D;  // dP's direction slot in pr
   for (var r = 0u; r < NB; r++) {
     if r < it.rows {
@@ -41,7 +39,6 @@ fn lstm_tangent_step(
       let len = u32(lens[n]);
       let tt = time_of(it.d, t, len);
       let dh = state[hb + r * H4 + it.j4];
-      let hp = state[pb + r * H4 + it.j4];
       let ci = slot_index(S_A, it.d, n, it.j4);
       let cpi = slot_index(S_B, it.d, n, it.j4);
       let dc = state[ci];
@@ -51,10 +48,10 @@ fn lstm_tangent_step(
       let af = res4(it.d, t, n, 2u, it.j4);
       let ac = res4(it.d, t, n, 3u, it.j4);
       let c = res4(it.d, t, n, 4u, it.j4);
-      var dai = xp4(it.d, tt, n, 0u, it.j4) + a[4u * r] + b[4u * r];
-      var dao = xp4(it.d, tt, n, 1u, it.j4) + a[4u * r + 1u] + b[4u * r + 1u];
-      var daf = xp4(it.d, tt, n, 2u, it.j4) + a[4u * r + 2u] + b[4u * r + 2u];
-      let dac = xp4(it.d, tt, n, 3u, it.j4) + a[4u * r + 3u] + b[4u * r + 3u];
+      var dai = xp4(it.d, tt, n, 0u, it.j4) + a[4u * r];
+      var dao = xp4(it.d, tt, n, 1u, it.j4) + a[4u * r + 1u];
+      var daf = xp4(it.d, tt, n, 2u, it.j4) + a[4u * r + 2u];
+      let dac = xp4(it.d, tt, n, 3u, it.j4) + a[4u * r + 3u];
       if PEEPHOLES {
         dai += pr4(dd, 0u, it.j4) * cp + pr4(it.d, 0u, it.j4) * dc;
         daf += pr4(dd, 2u, it.j4) * cp + pr4(it.d, 2u, it.j4) * dc;
@@ -76,7 +73,7 @@ fn lstm_tangent_step(
       let carried = select(dc, dcn, valid);
       state[ci] = carried;
       state[cpi] = select(cp, c, valid);
-      tangent_store_h(it.d, t, n, it.j4, tt, valid, dh, dhn, hp);
+      tangent_store_h(it.d, t, n, it.j4, tt, valid, dh, dhn);
       if sched.last != 0u {
         store_final(1u, it.d, n, it.j4, carried);
       }

@@ -2,20 +2,20 @@
 // recurrence_common.wgsl and the generated `act` and `act_deriv` switches.
 //
 // Bindings: recurrence_common's table (family "recurrence"), holding in the tangent kernels:
-//   0  xp      E = d(X·Wᵀ + b) [D, L, N, G, H4], time order (tangent_proj.wgsl)
+//   0  xp      E [D, L, N, G, H4], time order: d(X·Wᵀ + b) + h·dRᵀ (tangent_proj.wgsl)
 //   1  rt      [2, D, HP, G, H4]: Rᵀ, then dRᵀ (direction slot D + d)
 //   2  pr      LSTM: [2, D, 3, H4] P then dP;  GRU lbr=1: dRb [D, 3, H4];  else unused
 //   3  lens    as the forward
 //   4  state   [7, D, N, H4], the slots below
 //   5  y       dY (user layout);  6 yfinal: [dY_h | dY_c]
 //   7  res     the forward's [res [D, L, N, K·H] | Y as f32, user layout]   (read only)
-// The forward's h before step t is kept in a state slot (initial_h, then Y of the step before),
-// so the mat-vecs dh·Rᵀ and h·dRᵀ both read the state buffer.
+// The forward's h before step t is kept in a state slot (initial_h, then Y of the step before):
+// GRU's h-gate term h·dRhᵀ (lbr=1) or (r⊙h)·dRhᵀ (lbr=0) is a mat-vec in the step kernel.
 // Overrides: recurrence_common's (RESIDUALS is off: the tangent writes no residuals; K is the
 // forward's residual count, to read them).
 
 const S_DH: u32 = 0u;  // 0/1: dh, ping-pong by step parity
-const S_HP: u32 = 2u;  // 2/3: the forward's h before the step, ping-pong
+const S_HP: u32 = 2u;  // 2/3: GRU: the forward's h before the step, ping-pong
 const S_A: u32 = 4u;   // LSTM: dc;  GRU lbr=0: dz (phase 1 -> 2)
 const S_B: u32 = 5u;   // LSTM: the forward's c before the step;  GRU lbr=0: u = dr⊙hp + r⊙dh
 const S_C: u32 = 6u;   // GRU lbr=0: v = r⊙hp
@@ -108,14 +108,12 @@ fn y4(tt: u32, d: u32, n: u32, j4: u32) -> vec4<f32> {
   return v;
 }
 
-// After step t of a row: carry dh (and the forward's h) on valid steps, write dY, and dY_h at
-// the last dispatch. Returns the carried dh.
+// After step t of a row: carry dh on valid steps, write dY, and dY_h at the last dispatch.
+// Returns the carried dh.
 fn tangent_store_h(d: u32, t: u32, n: u32, j4: u32, tt: u32, valid: bool, dh: vec4<f32>,
-                   dhn: vec4<f32>, hp: vec4<f32>) -> vec4<f32> {
-  let nxt = 1u - (t & 1u);
+                   dhn: vec4<f32>) -> vec4<f32> {
   let carried = select(dh, dhn, valid);
-  state[slot_index(S_DH + nxt, d, n, j4)] = carried;
-  state[slot_index(S_HP + nxt, d, n, j4)] = select(hp, y4(tt, d, n, j4), valid);
+  state[slot_index(S_DH + 1u - (t & 1u), d, n, j4)] = carried;
   store_y(d, tt, n, j4, select(vec4<f32>(0.0), dhn, valid));
   if sched.last != 0u {
     store_final(0u, d, n, j4, carried);

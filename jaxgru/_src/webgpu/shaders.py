@@ -18,7 +18,7 @@ BINDINGS: dict[str, dict[int, str]] = {
         0: RO, 1: RO, 2: RO, 3: RO, 4: RW, 5: RW, 6: RW, 7: RW, 8: UNIFORM, 9: UNIFORM_DYNAMIC,
     },
     "prep": {0: RO, 1: RW},
-    "tangent_proj": {0: RO, 1: RO, 2: RO, 3: RO, 4: RW, 5: UNIFORM},
+    "tangent_proj": {0: RO, 1: RO, 2: RO, 3: RO, 4: RW, 5: RO, 6: RO, 7: RO, 8: UNIFORM},
 }
 
 # kernel file -> its binding family

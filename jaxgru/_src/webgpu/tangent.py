@@ -9,11 +9,12 @@ reuses). Inside the pass:
 
 1. prep dispatches lay out ``[W | dW]`` and ``[R | dR]`` (prep_t over 2·D directions), the bias
    tangents in xproj's ``xb`` layout, and ``[P | dP]`` (LSTM peepholes) or dRb (GRU lbr=1);
-2. per job (ensemble member x batch chunk) the projection ``E = dx·Wᵀ + x·dWᵀ + db``
-   (tangent_proj.wgsl), one dispatch;
+2. per job (ensemble member x batch chunk) the projection ``E = dx·Wᵀ + x·dWᵀ + db + h·dRᵀ``
+   (tangent_proj.wgsl), one dispatch, h being the forward's state before each step
+   (initial_h, then Y: nothing but ``res`` and Y is read of the forward); GRU's h-gate term of
+   h·dRᵀ stays in the step (it is multiplied by r, or needs r⊙h);
 3. the tangent recurrence, stepwise: one dispatch per step (two for GRU lbr=0), gru_tangent.wgsl
-   / lstm_tangent.wgsl. Each step computes dh·Rᵀ and h·dRᵀ, h being the forward's state
-   before the step (initial_h, then Y), so nothing but ``res`` and Y is read of the forward.
+   / lstm_tangent.wgsl, each computing dh·Rᵀ (and GRU's h-gate term).
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ class Geometry(plan.Geometry):
 
     def row_bytes(self) -> dict[str, int]:
         out = super().row_bytes()
-        out["aux"] = self.D * self.L * (self.res_blocks + 1) * self.H * 4  # res, then Y as f32
+        # res, then Y as f32, then initial_h
+        out["aux"] = self.D * (self.L * (self.res_blocks + 1) * self.H + self.HP) * 4
         return out
 
     def weight_bytes(self) -> dict[str, int]:
@@ -189,17 +191,19 @@ class _Call(kernels._Call):
         lens = self._upload(pm.lens[rows])
         slot = geo.D * n * geo.HP * 4
         state = self._scratch(SLOTS * slot, kernels._INPUT)
-        initial = [(S_DH, tm.h0), (S_HP, pm.h0), (S_A, tm.c0), (S_B, pm.c0)]
+        initial = [(S_DH, tm.h0), (S_HP, pm.h0 if self.cfg.cell == "gru" else None), (S_A, tm.c0), (S_B, pm.c0)]
         for s, value in initial:
             if value is not None:
                 self._write(state[0], s * slot, value[:, rows])
-        # the forward's residuals, then its Y as f32 (tangent_common.wgsl: res4, y4)
-        aux_res = np.ascontiguousarray(res[:, :, rows], np.float32)
-        aux_y = np.ascontiguousarray(kernels._take(y, y_ax, rows), np.float32)
-        aux = self._scratch(aux_res.nbytes + aux_y.nbytes, kernels._INPUT)
-        for offset, part in ((0, aux_res), (aux_res.nbytes, aux_y)):
+        # the forward's residuals, its Y as f32, initial_h (tangent_common.wgsl, tangent_proj.wgsl)
+        parts = [np.ascontiguousarray(res[:, :, rows], np.float32),
+                 np.ascontiguousarray(kernels._take(y, y_ax, rows), np.float32), pm.h0[:, rows]]
+        aux = self._scratch(sum(p.nbytes for p in parts), kernels._INPUT)
+        offset = 0
+        for part in parts:
             if part.size:
                 self._write(aux[0], offset, part)
+            offset += part.nbytes
         e = self._scratch(geo.D * m_rows * geo.G * geo.HP * 4)
         units = geo.D * n * geo.H
         outputs = [self._scratch(geo.L * units * geo.itemsize, kernels._OUTPUT),
@@ -207,7 +211,8 @@ class _Call(kernels._Call):
         row_blocks = -(-m_rows // 4)
         xdims = np.array([m_rows, n, geo.L, geo.I, geo.D, row_blocks, 0, 0], np.uint32)
         proj = rt.bind_group("tangent_proj", {
-            0: x_buf, 1: dx_buf, 2: w["wt"], 3: w["xb"], 4: e, 5: self._upload(xdims, kernels._UNIFORM),
+            0: x_buf, 1: dx_buf, 2: w["wt"], 3: w["xb"], 4: e, 5: w["rt"], 6: aux, 7: lens,
+            8: self._upload(xdims, kernels._UNIFORM),
         })
         recur = rt.bind_group("recurrence", {
             0: e, 1: w["rt"], 2: w["pr"], 3: lens, 4: state, 5: outputs[0], 6: outputs[1], 7: aux,
@@ -232,8 +237,10 @@ class _Call(kernels._Call):
     def _record(self, items: list[Prepared], dests: list[np.ndarray], ensemble: bool) -> None:
         rt, stats, geo = self.rt, self.stats, self.geo
         t0 = time.perf_counter()
+        cfg = self.cfg
         proj = rt.pipeline("tangent_proj", "tangent_proj", self.storage, {
-            "C4": geo.G * geo.H4, "LAYOUT": self.cfg.layout, "WG": plan.XPROJ_WORKGROUP,
+            "C4": geo.G * geo.H4, "H": geo.H, "HG": geo.G if cfg.cell == "lstm" else 2, "K": geo.res_blocks,
+            "LAYOUT": cfg.layout, "REV0": int(cfg.reversed_dirs[0]), "WG": plan.XPROJ_WORKGROUP,
         })
         consts = self._recurrence_constants()
         recur = [rt.pipeline(f"{self.cfg.cell}_tangent", e, self.storage, consts) for e in entries(self.cfg)]
