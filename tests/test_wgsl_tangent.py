@@ -234,3 +234,14 @@ def test_derivatives_at_ties_match_jax(cell):
     keys = iter(jax.random.split(jax.random.key(1), 8))
     t = jax.tree.map(lambda a: jax.random.normal(next(keys), a.shape, a.dtype), (params, x))
     _close(_jvp(f("xla"), (params, x), t), _jvp(f("wgsl"), (params, x), t))
+
+
+def test_no_steps_returns_the_initial_state_tangents():
+    params = jaxgru.init_lstm(jax.random.key(0), 3, 5)
+    x, h0, c0 = jnp.ones((0, 2, 3)), jnp.ones((1, 2, 5)), jnp.ones((1, 2, 5))
+    f = lambda p, x, h0, c0: jaxgru.lstm(p, x, initial_h=h0, initial_c=c0, backend="wgsl")
+    t = jax.tree.map(lambda a: 2 * jnp.ones_like(a), (params, x, h0, c0))
+    _, (dy, dh, dc) = _jvp(f, (params, x, h0, c0), t)
+    assert dy.shape == (0, 1, 2, 5)
+    np.testing.assert_array_equal(np.asarray(dh), np.asarray(t[2]))
+    np.testing.assert_array_equal(np.asarray(dc), np.asarray(t[3]))

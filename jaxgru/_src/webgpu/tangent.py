@@ -73,6 +73,12 @@ def entries(cfg: RNNConfig) -> list[str]:
     return [f"{cfg.cell}_tangent_step"]
 
 
+def _as_operands(cfg: RNNConfig, tangents: Sequence[np.ndarray], lens: np.ndarray) -> list[np.ndarray]:
+    """The tangents as a full operand list (``sequence_lens`` at its place), for host.member."""
+    it = iter(tangents)
+    return [lens if o.kind == "lens" else next(it) for o in spec(cfg.cell).operands]
+
+
 def tangent(cfg: RNNConfig, primals: Sequence, y, res, tangents: Sequence, *, ensemble: int = 0,
             out: Sequence[np.ndarray] | None = None) -> tuple[np.ndarray, ...]:
     """Tangents of ``(y, y_h[, y_c])`` on the WebGPU device; the contract of ``reference.tangent``.
@@ -104,13 +110,15 @@ def tangent(cfg: RNNConfig, primals: Sequence, y, res, tangents: Sequence, *, en
     if 0 in (x0.shape[0], x0.shape[1], r0.shape[-1]):  # no work: dY = 0, final tangents = initial ones
         fwd = plan.geometry(cfg, x0.shape, r0.shape[-1], False, 4)
         for e, (p, _, _, t) in enumerate(members):
-            for dst, value in zip(dests, host.trivial(cfg, [*t, p[-1]], fwd, False), strict=True):
+            t_ops = _as_operands(cfg, t, spec(cfg.cell).unpack(p).lens)
+            for dst, value in zip(dests, host.trivial(cfg, t_ops, fwd, False), strict=True):
                 np.copyto(dst[e] if ensemble else dst, value, casting="unsafe")
         return tuple(dests)
     storage = "f16" if dtype == np.float16 and runtime.runtime().has_f16 else "f32"
     fwd = plan.geometry(cfg, x0.shape, r0.shape[-1], False, 2 if storage == "f16" else 4)
     geo = Geometry(**dataclasses.asdict(fwd), res_blocks=spec(cfg.cell).residuals(cfg))
-    prepared = [(host.member(cfg, p, geo, storage), host.member(cfg, [*t, p[-1]], geo, storage), yv, rv)
+    prepared = [(host.member(cfg, p, geo, storage),
+                 host.member(cfg, _as_operands(cfg, t, spec(cfg.cell).unpack(p).lens), geo, storage), yv, rv)
                 for p, yv, rv, t in members]
     prepare_s = time.perf_counter() - t0
     attempts: list[CallStats] = []
