@@ -1,6 +1,7 @@
 """Portability on a second WebGPU implementation: Dawn/Tint (Chrome's WebGPU, npm ``webgpu``).
 
-1. A matrix of ``kernels.forward`` calls (the kernel tests' and more) runs on wgpu while every
+1. A matrix of ``kernels.forward`` calls (the kernel tests' and more) and ``tangent.tangent``
+   calls (every tangent kernel) runs on wgpu while every
    specialisation jaxgru asks for is recorded (``Runtime.pipeline``: kernel file, entry point,
    storage, override constants), with the exact module sources (``shaders.source``) and the
    binding tables (``shaders.BINDINGS``).
@@ -41,7 +42,7 @@ from test_webgpu_kernels import BOTH, CELLS, SIG, TANH, TILINGS, VARIANTS, make_
 
 from jaxgru._src.activations import NAMES, Activation
 from jaxgru._src.options import RNNConfig
-from jaxgru._src.webgpu import kernels, plan, runtime, shaders
+from jaxgru._src.webgpu import kernels, plan, runtime, shaders, tangent
 
 pytestmark = pytest.mark.wgsl
 
@@ -74,6 +75,7 @@ class Case:
     xproj_tiled: bool = False  # the tiled input projection (lavapipe's plan keeps xproj)
     r_storage: str = "auto"  # kernels.forward's r_storage ("f16": R's device copy in f16)
     subgroups: bool = True  # False: as on a device without subgroups (limit_override(subgroups=0))
+    tangent: bool = False  # the forward with residuals, then tangent.tangent on its outputs
 
 
 def matrix(f16: bool) -> list[Case]:
@@ -155,8 +157,21 @@ def matrix(f16: bool) -> list[Case]:
         for variant in BOTH:
             add(f"f16-lstm-proj-{variant}", make_cfg("lstm", "bidirectional", ragged=True, layout=1, proj=True),
                 {"lens": [5, 2, 0, 4], "P": 2}, variant, f16=True)
+    # the tangent kernels (tangent_proj, gru_tangent, lstm_tangent): every cell variant
+    for kind, (cell, opts) in {**CELLS, "lstm_if": ("lstm", {"peepholes": True, "input_forget": True})}.items():
+        for direction, layout, clip in (("bidirectional", 1, 0.5), ("reverse", 0, None)):
+            cfg = make_cfg(cell, direction, layout=layout, ragged=True, clip=clip, **opts)
+            add(f"tangent-{kind}-{direction}-layout{layout}", cfg, {"lens": RAGGED}, "stepwise", tangent=True)
+            if f16:
+                add(f"tangent-f16-{kind}-{direction}", cfg, {"lens": RAGGED}, "stepwise", f16=True, tangent=True)
     # replayed on Dawn's OpenGL ES backend, read-back bytes compared with wgpu's
     rep = lambda *a, **k: add(*a, replay=True, **k)
+    rep("replay-tangent-gru-bidirectional-layout1-clip", make_cfg("gru", "bidirectional", layout=1, ragged=True,
+        clip=0.5, acts=gru_acts), {"lens": RAGGED}, "stepwise", tangent=True)
+    rep("replay-tangent-lstm-peepholes-reverse", make_cfg("lstm", "reverse", ragged=True, peepholes=True),
+        {"lens": RAGGED}, "stepwise", tangent=True)
+    rep("replay-tangent-gru_lbr-forward", make_cfg("gru", ragged=True, linear_before_reset=True),
+        {"lens": RAGGED}, "stepwise", tangent=True)
     rep("replay-gru-stepwise-bidirectional-ragged",
         make_cfg("gru", "bidirectional", ragged=True), {"lens": RAGGED}, "stepwise")
     rep("replay-gru_lbr-persistent-reverse-layout1-segments",
@@ -398,8 +413,12 @@ def collect(path: pathlib.Path) -> dict:
                 events: list[dict] = []
                 if case.replay:
                     stack.enter_context(rec.replay(events))
-                kernels.forward(case.cfg, ops, residuals=case.residuals, variant=case.variant,
-                                r_storage=case.r_storage)
+                outs = kernels.forward(case.cfg, ops, residuals=case.residuals or case.tangent, variant=case.variant,
+                                       r_storage=case.r_storage)
+                if case.tangent:
+                    dtype = np.float16 if case.f16 else np.float32
+                    tans = make_operands(case.cfg, **{**case.shape, "seed": 7}, dtype=dtype)[:-1]
+                    tangent.tangent(case.cfg, ops, outs[0], outs[-1], tans)
             if case.replay:
                 assert sum(e["op"] == "read" for e in events) >= 1, case.name
                 replays.append({"name": case.name, "events": events})

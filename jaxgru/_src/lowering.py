@@ -1,10 +1,10 @@
 """Lowerings of the primitives: the ``lax.scan`` reference (``xla``) for every primitive, and the
-host callback into the WGSL kernels (``wgsl``) for the forward.
+host callback into the WGSL kernels (``wgsl``) for the forward and the tangent map.
 
 The ensemble axis (``ensemble > 0``: every operand and output has a leading axis of that size)
 runs the reference one member at a time under ``jax.vmap``.
 
-Which backend the forward emits is ``backends.lowered(cfg, for_export)``: the lowering is the
+Which backend the forward and the tangent emit is ``backends.lowered(cfg, for_export)``: the lowering is the
 one place that knows whether it is for ``jax.export`` (``ctx.module_context.lowering_parameters
 .for_export``), where a ``backend="auto"`` call lowers as ``xla`` and an explicit ``wgsl`` is
 refused with a message (JAX's own would be "serialization of host_callbacks is not yet
@@ -125,8 +125,14 @@ def forward_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int, residua
 
 
 def tangent_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int) -> Any:
-    # The tangent and backward maps run on XLA for every backend (WGSL backward: later).
-    fn = _follow_x(cfg, ensemble, _operand_kinds(cfg, "tangent"), reference_tangent(cfg, ensemble))
+    # a projected LSTM's tangent has no WGSL kernel yet: it runs the reference
+    if backends.lowered(cfg, for_export(ctx)) == "wgsl" and not cfg.proj:
+        from jaxgru._src.webgpu import callback  # imports wgpu: only when used
+
+        fn = callback.make_tangent(ctx, cfg, ensemble)
+    else:
+        fn = reference_tangent(cfg, ensemble)
+    fn = _follow_x(cfg, ensemble, _operand_kinds(cfg, "tangent"), fn)
     return mlir.lower_fun(fn, multiple_results=True)(ctx, *ops)
 
 

@@ -1,9 +1,10 @@
-"""The ``wgsl`` lowering of the forward primitive: a host callback into ``kernels.forward``.
+"""The ``wgsl`` lowerings of the forward and tangent primitives: host callbacks into
+``kernels.forward`` and ``tangent.tangent``.
 
 On the CPU platform the callback is ``jax.experimental.buffer_callback``: it sees XLA's own
 buffers as numpy views (no copy in) and writes the results straight into XLA's output
 buffers. Elsewhere (JAX on a GPU, or a jax without buffer_callback) it is
-``jax.pure_callback``, which copies through the host. The primitive's batching rule folds vmap
+``jax.pure_callback``, which copies through the host. The primitives' batching rules fold vmap
 into the batch, so the callback never sees a vmapped axis.
 """
 
@@ -15,27 +16,18 @@ import jax
 import numpy as np
 
 from jaxgru._src import compat
+from jaxgru._src.cells import spec
 from jaxgru._src.options import RNNConfig
 from jaxgru._src.webgpu import kernels
 
+# host(operands, out): runs a primitive on numpy operands; writes into ``out`` (XLA's output
+# buffers) when given, else returns the outputs
+Host = Callable[[list[np.ndarray], "list[np.ndarray] | None"], tuple[np.ndarray, ...]]
 
-def _forward_host(cfg: RNNConfig, ensemble: int, residuals: bool, arrays, out=None) -> tuple[np.ndarray, ...]:
-    return kernels.forward(cfg, [np.asarray(a) for a in arrays], residuals=residuals, ensemble=ensemble,
-                           out=out)
 
-
-def make_forward(ctx: compat.mlir.LoweringRuleContext, cfg: RNNConfig, ensemble: int, residuals: bool
-                 ) -> Callable[..., list]:
-    """A jax-traceable function of the operands that runs the WGSL forward on the host.
-
-    Args:
-      ctx: the MLIR lowering context (its platform picks the callback kind; its output avals
-        give the result shapes).
-      cfg, ensemble, residuals: the primitive's static parameters.
-
-    Returns:
-      ``fn(*operands) -> list of outputs``, to be lowered with ``mlir.lower_fun``.
-    """
+def _host_call(ctx: compat.mlir.LoweringRuleContext, host: Host) -> Callable[..., list]:
+    """A jax-traceable function of the operands that runs ``host`` (the ctx's platform picks the
+    callback kind; its output avals give the result shapes)."""
     results = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ctx.avals_out)
     platforms = set(ctx.module_context.platforms)
     if compat.buffer_callback is not None and platforms == {"cpu"}:
@@ -43,12 +35,44 @@ def make_forward(ctx: compat.mlir.LoweringRuleContext, cfg: RNNConfig, ensemble:
         def in_place(exec_ctx, outs, *args):
             del exec_ctx
             # the results land in XLA's output buffers straight from the mapped read-back
-            _forward_host(cfg, ensemble, residuals, args, out=[np.asarray(o) for o in outs])
+            host([np.asarray(a) for a in args], [np.asarray(o) for o in outs])
 
         call = compat.buffer_callback(in_place, results)
         return lambda *ops: list(call(*ops))
 
     def copied(*args):
-        return _forward_host(cfg, ensemble, residuals, args)
+        return host([np.asarray(a) for a in args], None)
 
     return lambda *ops: list(jax.pure_callback(copied, results, *ops, vmap_method="sequential"))
+
+
+def make_forward(ctx: compat.mlir.LoweringRuleContext, cfg: RNNConfig, ensemble: int, residuals: bool
+                 ) -> Callable[..., list]:
+    """The WGSL forward as a function of the operands, to be lowered with ``mlir.lower_fun``.
+
+    Args:
+      ctx: the MLIR lowering context.
+      cfg, ensemble, residuals: the primitive's static parameters.
+
+    Returns:
+      ``fn(*operands) -> list of outputs``.
+    """
+    return _host_call(ctx, lambda arrays, out: kernels.forward(cfg, arrays, residuals=residuals,
+                                                               ensemble=ensemble, out=out))
+
+
+def make_tangent(ctx: compat.mlir.LoweringRuleContext, cfg: RNNConfig, ensemble: int) -> Callable[..., list]:
+    """The WGSL tangent map as a function of its operands (primals, y, res, tangents).
+
+    Args:
+      ctx: the MLIR lowering context.
+      cfg, ensemble: the primitive's static parameters.
+
+    Returns:
+      ``fn(*operands) -> [dy, dy_h[, dy_c]]``.
+    """
+    from jaxgru._src.webgpu import tangent
+
+    n = spec(cfg.cell).num_operands
+    return _host_call(ctx, lambda a, out: tangent.tangent(cfg, a[:n], a[n], a[n + 1], a[n + 2 :],
+                                                          ensemble=ensemble, out=out))

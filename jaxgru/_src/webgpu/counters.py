@@ -15,7 +15,8 @@ class CallStats:
     """What one call (or, summed, many calls) did.
 
     Attributes:
-      calls: number of ``forward`` calls counted (1 for a single call).
+      calls: number of calls counted (1 for a single call).
+      kind: what the call computed: ``"forward"`` or ``"tangent"`` (the forward-mode derivative).
       dispatches: compute dispatches recorded.
       passes: compute passes recorded.
       submits: ``queue.submit`` calls (1 per call by design).
@@ -34,6 +35,7 @@ class CallStats:
     """
 
     calls: int = 0
+    kind: str = "forward"
     dispatches: int = 0
     passes: int = 0
     submits: int = 0
@@ -55,55 +57,62 @@ class CallStats:
         if other.gpu_ns is not None:
             self.gpu_ns = (self.gpu_ns or 0) + other.gpu_ns
         self.variant = other.variant
+        self.kind = other.kind
 
 
 class Counters:
-    """Thread-safe record of the last call and of the running totals."""
+    """Thread-safe record of the last call, of the running totals, and of the totals per kind."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._last = CallStats()
         self._total = CallStats()
+        self._by_kind: dict[str, CallStats] = {}
 
     def record(self, stats: CallStats) -> None:
-        """Make ``stats`` the last call and add it to the totals."""
+        """Make ``stats`` the last call and add it to the totals (overall and of its kind)."""
         with self._lock:
             self._last = dataclasses.replace(stats)
             self._total.add(stats)
+            self._by_kind.setdefault(stats.kind, CallStats(kind=stats.kind)).add(stats)
 
     def snapshot(self) -> dict[str, dict]:
-        """Copies of the last call and the totals as dicts."""
+        """Copies of the last call, the totals and the totals per kind as dicts."""
         with self._lock:
-            return {"last": dataclasses.asdict(self._last), "total": dataclasses.asdict(self._total)}
+            return {"last": dataclasses.asdict(self._last), "total": dataclasses.asdict(self._total),
+                    "by_kind": {k: dataclasses.asdict(v) for k, v in sorted(self._by_kind.items())}}
 
     def reset(self) -> None:
         """Forget everything."""
         with self._lock:
-            self._last, self._total = CallStats(), CallStats()
+            self._last, self._total, self._by_kind = CallStats(), CallStats(), {}
 
 
 COUNTERS = Counters()
 
 
 def counters() -> dict[str, dict]:
-    """The counters of the last ``wgsl`` call and the totals since start (or the last reset).
+    """The counters of the last ``wgsl`` call and the totals since start (or the last reset),
+    overall and per kind of call (the forward, the tangent of ``jax.jvp`` / ``jax.linearize``).
 
     Reading them touches no device: without an adapter, or before any ``wgsl`` call, every
     count is zero.
 
     Returns:
-      ``{"last": {...}, "total": {...}}``, two dicts with the same keys: ``calls``,
+      ``{"last": {...}, "total": {...}, "by_kind": {kind: {...}}}``: dicts with the same keys
+        (``by_kind`` holds one per kind of call made: ``"forward"``, ``"tangent"``): ``calls``, ``kind``,
         ``dispatches``, ``passes``, ``submits``, ``bytes_uploaded``, ``bytes_read_back``,
         ``gpu_ns`` (None unless ``jaxgru.webgpu.set_timestamps`` turned timestamps on), the
         host times ``host_prepare_s``, ``host_upload_s``, ``host_record_s``, ``host_wait_s``,
         ``host_readback_s``, ``host_total_s`` (seconds), and ``variant`` (``"persistent"``, ``"tiled"`` or
-        ``"stepwise"``). They are copies: later calls do not change them.
+        ``"stepwise"``; the tangent always runs stepwise). They are copies: later calls do not
+        change them.
 
     Examples:
       >>> import jaxgru.webgpu
       >>> c = jaxgru.webgpu.counters()
       >>> sorted(c)
-      ['last', 'total']
+      ['by_kind', 'last', 'total']
       >>> "dispatches" in c["last"] and c["total"]["calls"] >= 0
       True
     """

@@ -18,6 +18,7 @@ BINDINGS: dict[str, dict[int, str]] = {
         0: RO, 1: RO, 2: RO, 3: RO, 4: RW, 5: RW, 6: RW, 7: RW, 8: UNIFORM, 9: UNIFORM_DYNAMIC,
     },
     "prep": {0: RO, 1: RW},
+    "tangent_proj": {0: RO, 1: RO, 2: RO, 3: RO, 4: RW, 5: RO, 6: RO, 7: RO, 8: UNIFORM},
 }
 
 # kernel file -> its binding family
@@ -25,6 +26,7 @@ FAMILY = {
     "xproj": "xproj", "gru": "recurrence", "lstm": "recurrence", "gru_tiled": "recurrence",
     "lstm_tiled": "recurrence", "gru_tiled_sg": "recurrence", "lstm_tiled_sg": "recurrence",
     "prep_t": "prep", "prep_bias": "prep",
+    "tangent_proj": "tangent_proj", "gru_tangent": "recurrence", "lstm_tangent": "recurrence",
 }
 # Tiled kernel -> the files its module is assembled from after the recurrence prelude: the
 # cell's per-row math, the tiles, the k-split reduction (workgroup memory, or subgroups for the
@@ -33,6 +35,8 @@ TILED = {
     f"{cell}_tiled{sg}": (cell, "recurrence_tiled", f"tile_reduce_{'sg' if sg else 'wg'}", f"{cell}_tiled")
     for cell in ("gru", "lstm") for sg in ("", "_sg")
 }
+# recurrence kernels that also need the activations' derivatives (act_deriv, tangent_common.wgsl)
+TANGENT_KERNELS = ("gru_tangent", "lstm_tangent")
 
 
 def wgsl_dir() -> pathlib.Path:
@@ -68,6 +72,18 @@ def activation_switch() -> str:
     )
 
 
+def derivative_switch() -> str:
+    """``fn act_deriv(kind, x, A, B)``: d/dx of ``act``, one case per activation, from activations.py."""
+    cases = "".join(
+        f"    case {i}u: {{ return {Activation(name).wgsl_deriv()}; }}\n" for i, name in enumerate(NAMES)
+    )
+    return (
+        "\n// generated from jaxgru/_src/activations.py (case = Activation.kind_id)\n"
+        "fn act_deriv(kind: u32, x: f32, A: f32, B: f32) -> f32 {\n"
+        f"  switch kind {{\n{cases}    default: {{ return 1.0; }}\n  }}\n}}\n"
+    )
+
+
 # Module storage keys: the element type ST of x, weights and outputs, and RT of R's device copy
 # (rt, written by prep_t): "f32+r16" is f32 storage with R in f16 (``plan.r_storage``).
 STORAGES = {"f32": ("f32", "f32"), "f16": ("f16", "f16"), "f32+r16": ("f32", "f16")}
@@ -78,7 +94,7 @@ def source(kernel: str, storage: str, tint: bool = False) -> str:
     """The full WGSL module text of a kernel file for a storage type.
 
     Args:
-      kernel: a key of ``FAMILY``.
+      kernel: a key of ``FAMILY`` (a forward, tiled, tangent or prep kernel).
       storage: a key of ``STORAGES``: "f32" or "f16" (the element type ``ST`` of x, weights
         and outputs, and ``RT`` of R's device copy), or "f32+r16" (ST f32, RT f16).
       tint: the text for Tint (Dawn): the subgroup kernels start with ``enable subgroups;``,
@@ -91,9 +107,11 @@ def source(kernel: str, storage: str, tint: bool = False) -> str:
     header = ("enable f16;\n" if "f16" in (st, rt) else "") + f"alias ST = {st};\nalias RT = {rt};\n"
     if tint and kernel.endswith("_sg"):
         header = "enable subgroups;\n" + header
-    if FAMILY[kernel] == "xproj":
+    if FAMILY[kernel] in ("xproj", "tangent_proj"):
         return header + _read(kernel)
     if FAMILY[kernel] == "prep":
         return header + _read("prep") + _read(kernel)
-    parts = TILED.get(kernel, (kernel,))
-    return header + _read("recurrence_common") + activation_switch() + "".join(_read(p) for p in parts)
+    common = header + _read("recurrence_common") + activation_switch()
+    if kernel in TANGENT_KERNELS:
+        return common + derivative_switch() + _read("tangent_common") + _read(kernel)
+    return common + "".join(_read(p) for p in TILED.get(kernel, (kernel,)))
