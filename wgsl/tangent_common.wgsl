@@ -3,10 +3,11 @@
 //
 // Bindings: recurrence_common's table (family "recurrence"), holding in the tangent kernels:
 //   0  xp      E [D, L, N, G, H4], time order: d(X·Wᵀ + b) + h·dRᵀ (tangent_proj.wgsl)
-//   1  rt      [2, D, HP, G, H4]: Rᵀ, then dRᵀ (direction slot D + d)
+//   1  rt      [2, D, PP, G, H4]: Rᵀ, then dRᵀ (direction slot D + d); LSTM PROJ: then
+//              [projt | dprojt] (lstm_tangent.wgsl)
 //   2  pr      LSTM: [2, D, 3, H4] P then dP;  GRU lbr=1: dRb [D, 3, H4];  else unused
 //   3  lens    as the forward
-//   4  state   [7, D, N, H4], the slots below
+//   4  state   [7, D, N, S4], the slots below
 //   5  y       dY (user layout);  6 yfinal: [dY_h | dY_c]
 //   7  res     the forward's [res [D, L, N, K·H] | Y as f32, user layout]   (read only)
 // The forward's h before step t is kept in a state slot (initial_h, then Y of the step before):
@@ -15,7 +16,7 @@
 // forward's residual count, to read them).
 
 const S_DH: u32 = 0u;  // 0/1: dh, ping-pong by step parity
-const S_HP: u32 = 2u;  // 2/3: GRU: the forward's h before the step, ping-pong
+const S_HP: u32 = 2u;  // 2/3: GRU: the forward's h before the step, ping-pong; LSTM PROJ: dm, m
 const S_A: u32 = 4u;   // LSTM: dc;  GRU lbr=0: dz (phase 1 -> 2)
 const S_B: u32 = 5u;   // LSTM: the forward's c before the step;  GRU lbr=0: u = dr⊙hp + r⊙dh
 const S_C: u32 = 6u;   // GRU lbr=0: v = r⊙hp

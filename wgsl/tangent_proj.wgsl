@@ -10,6 +10,7 @@
 // to the first HG gates only: all of them for LSTM, z and r for GRU (its h-gate term is
 // multiplied by r or needs r⊙h: kept in the step kernel). dxb holds the bias tangents in the
 // layout of xproj's xb (dWb + dRb per gate; dWb alone for GRU with linear_before_reset).
+// A projected LSTM's h has P features (R and dR are [4H, P]): the sum runs over k < P.
 //
 // Prepended by the host: `enable f16;` (f16 storage only) and `alias ST = f32|f16;`.
 //
@@ -19,14 +20,16 @@
 //   2  wt    array<vec4<ST>>   [2, D, I, C4]: Wᵀ then dWᵀ (prep_t with 2·D directions) read
 //   3  xb    array<vec4<f32>>  [D, C4]     bias tangents, gates padded to H4 vec4s read
 //   4  e     array<vec4<f32>>  [D, M, C4]  output, M = L·N                        read_write
-//   5  rt    array<vec4<ST>>   [2, D, HP, C4]: Rᵀ then dRᵀ (only dRᵀ is read)     read
-//   6  aux   array<f32>        the forward's [res | Y (user layout) | initial_h [D, N, HP]] read
+//   5  rt    array<vec4<ST>>   [2, D, PP, C4]: Rᵀ then dRᵀ (only dRᵀ is read)     read
+//   6  aux   array<f32>        the forward's [res | Y (user layout) | initial_h [D, N, 4·S4]] read
 //   7  lens  array<i32>        [N] lengths, clamped to [0, L]                      read
 //   8  dims  uniform XDims (as xproj.wgsl)
 //
 // Overrides:
 //   C4      vec4 columns per row = G·H4
 //   H, H4   hidden size, ceil(H/4)
+//   P, PP   features of h and Y (default H; an LSTM's projection size), padded to vec4s
+//   S4      vec4s per row of initial_h (default H4; max(H4, P4) with a projection)
 //   HG      gates that get h·dRᵀ (LSTM 4, GRU 2)
 //   K       the forward's residual blocks per step (where Y starts in aux)
 //   LAYOUT  0 time-major x and Y, 1 batch-major
@@ -37,6 +40,9 @@
 override C4: u32 = 1u;
 override H: u32 = 1u;
 override H4: u32 = (H + 3u) / 4u;
+override P: u32 = H;
+override PP: u32 = 4u * ((P + 3u) / 4u);
+override S4: u32 = H4;
 override HG: u32 = 0u;
 override K: u32 = 0u;
 override LAYOUT: u32 = 0u;
@@ -81,8 +87,8 @@ fn time_of(d: u32, t: u32, len: u32) -> u32 {
   return t;
 }
 
-// Offset in aux of the forward's h before the step reading (tt, n) = row m (H contiguous
-// units), or -1 past the row's length.
+// Offset in aux of the forward's h before the step reading (tt, n) = row m (P contiguous
+// features), or -1 past the row's length.
 fn h_row(d: u32, m: u32) -> i32 {
   let tt = m / dims.N;
   let n = m % dims.N;
@@ -93,13 +99,13 @@ fn h_row(d: u32, m: u32) -> i32 {
   let y0 = dims.D * dims.L * dims.N * K * H;
   let t = time_of(d, tt, len);
   if t == 0u {
-    return i32(y0 + dims.L * dims.D * dims.N * H + (d * dims.N + n) * 4u * H4);
+    return i32(y0 + dims.L * dims.D * dims.N * P + (d * dims.N + n) * 4u * S4);
   }
   let tp = time_of(d, t - 1u, len);
   if LAYOUT == 0u {
-    return i32(y0 + ((tp * dims.D + d) * dims.N + n) * H);
+    return i32(y0 + ((tp * dims.D + d) * dims.N + n) * P);
   }
-  return i32(y0 + ((n * dims.L + tp) * dims.D + d) * H);
+  return i32(y0 + ((n * dims.L + tp) * dims.D + d) * P);
 }
 
 fn h_at(base: i32, k: u32) -> f32 {
@@ -152,8 +158,8 @@ fn tangent_proj(
     let h1 = h_row(d, m1);
     let h2 = h_row(d, m2);
     let h3 = h_row(d, m3);
-    let rb = (dims.D + d) * 4u * H4 * C4 + c4;  // dRᵀ of direction d
-    for (var k = 0u; k < H; k++) {
+    let rb = (dims.D + d) * PP * C4 + c4;  // dRᵀ of direction d
+    for (var k = 0u; k < P; k++) {
       let dr = vec4<f32>(rt[rb + k * C4]);
       a0 += h_at(h0, k) * dr;
       a1 += h_at(h1, k) * dr;

@@ -125,8 +125,7 @@ def forward_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int, residua
 
 
 def tangent_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int) -> Any:
-    # a projected LSTM's tangent has no WGSL kernel yet: it runs the reference
-    if backends.lowered(cfg, for_export(ctx)) == "wgsl" and not cfg.proj:
+    if backends.lowered(cfg, for_export(ctx)) == "wgsl":
         from jaxgru._src.webgpu import callback  # imports wgpu: only when used
 
         fn = callback.make_tangent(ctx, cfg, ensemble)

@@ -73,6 +73,6 @@ def make_tangent(ctx: compat.mlir.LoweringRuleContext, cfg: RNNConfig, ensemble:
     """
     from jaxgru._src.webgpu import tangent
 
-    n = spec(cfg.cell).num_operands
+    n = len(spec(cfg.cell).operands_for(cfg))
     return _host_call(ctx, lambda a, out: tangent.tangent(cfg, a[:n], a[n], a[n + 1], a[n + 2 :],
                                                           ensemble=ensemble, out=out))

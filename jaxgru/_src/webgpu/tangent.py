@@ -14,7 +14,9 @@ reuses). Inside the pass:
    (initial_h, then Y: nothing but ``res`` and Y is read of the forward); GRU's h-gate term of
    h·dRᵀ stays in the step (it is multiplied by r, or needs r⊙h);
 3. the tangent recurrence, stepwise: one dispatch per step (two for GRU lbr=0), gru_tangent.wgsl
-   / lstm_tangent.wgsl, each computing dh·Rᵀ (and GRU's h-gate term).
+   / lstm_tangent.wgsl, each computing dh·Rᵀ (and GRU's h-gate term); a projected LSTM's step
+   is two dispatches (lstm_tangent_step writes dm and m = o ⊙ h(c'), then lstm_tangent_proj
+   computes dh' = dm·projᵀ + m·dprojᵀ), as the forward's lstm_step / lstm_proj.
 """
 
 from __future__ import annotations
@@ -53,10 +55,15 @@ class Geometry(plan.Geometry):
     def slots(self) -> int:
         return SLOTS
 
+    @property
+    def projt_offset(self) -> int:
+        """vec4 offset of ``[projt | dprojt]`` in the rt buffer: after ``[Rᵀ | dRᵀ]`` (2·D directions)."""
+        return 2 * super().projt_offset
+
     def row_bytes(self) -> dict[str, int]:
         out = super().row_bytes()
-        # res, then Y as f32, then initial_h
-        out["aux"] = self.D * (self.L * (self.res_blocks + 1) * self.H + self.HP) * 4
+        # res, then Y as f32 (``out`` features), then initial_h (a state slot's row)
+        out["aux"] = self.D * (self.L * (self.res_blocks * self.H + self.out) + 4 * self.S4) * 4
         return out
 
     def weight_bytes(self) -> dict[str, int]:
@@ -70,13 +77,15 @@ def entries(cfg: RNNConfig) -> list[str]:
     """The tangent recurrence's entry points of one step, in order."""
     if cfg.cell == "gru" and not cfg.linear_before_reset:
         return ["gru_tangent_zr", "gru_tangent_step"]  # r ⊙ h needs all of r before the h-gate
+    if cfg.cell == "lstm" and cfg.proj:
+        return ["lstm_tangent_step", "lstm_tangent_proj"]  # dm·projᵀ needs all of dm
     return [f"{cfg.cell}_tangent_step"]
 
 
 def _as_operands(cfg: RNNConfig, tangents: Sequence[np.ndarray], lens: np.ndarray) -> list[np.ndarray]:
     """The tangents as a full operand list (``sequence_lens`` at its place), for host.member."""
     it = iter(tangents)
-    return [lens if o.kind == "lens" else next(it) for o in spec(cfg.cell).operands]
+    return [lens if o.kind == "lens" else next(it) for o in spec(cfg.cell).operands_for(cfg)]
 
 
 def tangent(cfg: RNNConfig, primals: Sequence, y, res, tangents: Sequence, *, ensemble: int = 0,
@@ -85,7 +94,7 @@ def tangent(cfg: RNNConfig, primals: Sequence, y, res, tangents: Sequence, *, en
 
     Args:
       cfg: the layer's options.
-      primals: the forward's operands (``cells.CellSpec.operands`` order), numpy arrays.
+      primals: the forward's operands (``cells.CellSpec.operands_for(cfg)`` order), numpy arrays.
       y: the forward's Y (user layout).
       res: the forward's residuals ``[D, L, N, K·H]`` (processing order).
       tangents: tangents of the float operands, in operand order (``sequence_lens`` excluded).
@@ -107,15 +116,18 @@ def tangent(cfg: RNNConfig, primals: Sequence, y, res, tangents: Sequence, *, en
     members = [([pick(a, e) for a in primals], pick(y, e), pick(res, e), [pick(a, e) for a in tangents])
                for e in range(max(ensemble, 1))]
     x0, r0 = members[0][0][0], members[0][0][2]
-    if 0 in (x0.shape[0], x0.shape[1], r0.shape[-1]):  # no work: dY = 0, final tangents = initial ones
-        fwd = plan.geometry(cfg, x0.shape, r0.shape[-1], False, 4)
+    # with a projection R is [D, G·H, P]: H from its rows, P from its columns (as kernels.forward)
+    hidden = r0.shape[1] // cfg.num_gates if cfg.proj else r0.shape[-1]
+    proj_size = r0.shape[-1] if cfg.proj else 0
+    if 0 in (x0.shape[0], x0.shape[1], hidden, r0.shape[-1]):  # no work: dY = 0, final tangents = initial ones
+        fwd = plan.geometry(cfg, x0.shape, hidden, False, 4, proj_size=proj_size)
         for e, (p, _, _, t) in enumerate(members):
             t_ops = _as_operands(cfg, t, spec(cfg.cell).unpack(p).lens)
             for dst, value in zip(dests, host.trivial(cfg, t_ops, fwd, False), strict=True):
                 np.copyto(dst[e] if ensemble else dst, value, casting="unsafe")
         return tuple(dests)
     storage = "f16" if dtype == np.float16 and runtime.runtime().has_f16 else "f32"
-    fwd = plan.geometry(cfg, x0.shape, r0.shape[-1], False, 2 if storage == "f16" else 4)
+    fwd = plan.geometry(cfg, x0.shape, hidden, False, 2 if storage == "f16" else 4, proj_size=proj_size)
     geo = Geometry(**dataclasses.asdict(fwd), res_blocks=spec(cfg.cell).residuals(cfg))
     prepared = [(host.member(cfg, p, geo, storage),
                  host.member(cfg, _as_operands(cfg, t, spec(cfg.cell).unpack(p).lens), geo, storage), yv, rv)
@@ -157,17 +169,24 @@ class _Call(kernels._Call):
         """Upload a member's weights with their tangents and queue the prep dispatches.
 
         Returns:
-          The device layouts: wt ``[2, D, I, G, H4]`` (Wᵀ, dWᵀ), rt ``[2, D, HP, G, H4]``
-          (Rᵀ, dRᵀ), xb (bias tangents folded as the forward's xb), pr (``[P | dP]``, dRb, or unused).
+          The device layouts: wt ``[2, D, I, G, H4]`` (Wᵀ, dWᵀ), rt ``[2, D, PP, G, H4]``
+          (Rᵀ, dRᵀ; a projected LSTM's ``[2, D, HP, P4]`` projt, dprojt after them, at
+          ``geo.projt_offset``), xb (bias tangents folded as the forward's xb), pr (``[P | dP]``,
+          dRb, or unused).
         """
         geo, cfg = self.geo, self.cfg
         d2 = 2 * geo.D
         wb = geo.weight_bytes()
         dev = {name: self._scratch(max(wb[name], 16)) for name in ("wt", "rt")}
         base = {"G": geo.G, "H": geo.H, "D": d2, "WG": plan.PREP_WORKGROUP}
-        for name, a, b, k_in, k_out in (("wt", pm.w, tm.w, geo.I, geo.I), ("rt", pm.r, tm.r, geo.H, geo.HP)):
+        for name, a, b, k_in, k_out in (("wt", pm.w, tm.w, geo.I, geo.I), ("rt", pm.r, tm.r, geo.out, geo.PP)):
             preps.append(kernels._Prep("prep_t", {**base, "KIN": k_in, "KOUT": k_out}, self._pair(a, b), dev[name],
                                        d2 * k_out * geo.G * geo.H4, self.storage))
+        if pm.proj is not None and tm.proj is not None:  # [projt | dprojt] after [Rᵀ | dRᵀ], as the forward's
+            consts: dict[str, float] = {**base, "G": 1, "H": geo.P, "KIN": geo.H, "KOUT": geo.HP,
+                                        "OUT_OFF": geo.projt_offset}
+            preps.append(kernels._Prep("prep_t", consts, self._pair(pm.proj, tm.proj), dev["rt"],
+                                       d2 * geo.HP * geo.PP // 4, self.storage))
         layouts = host.bias_layouts(cfg, geo)
         tb = self._upload(tm.b)
         dev["xb"] = self._scratch(geo.D * geo.G * geo.HP * 4)
@@ -197,7 +216,7 @@ class _Call(kernels._Call):
         x_buf = self._upload(kernels._take(pm.x, x_ax, rows))
         dx_buf = self._upload(kernels._take(tm.x, x_ax, rows))
         lens = self._upload(pm.lens[rows])
-        slot = geo.D * n * geo.HP * 4
+        slot = geo.D * n * geo.S4 * 16
         state = self._scratch(SLOTS * slot, kernels._INPUT)
         initial = [(S_DH, tm.h0), (S_HP, pm.h0 if self.cfg.cell == "gru" else None), (S_A, tm.c0), (S_B, pm.c0)]
         for s, value in initial:
@@ -213,9 +232,8 @@ class _Call(kernels._Call):
                 self._write(aux[0], offset, part)
             offset += part.nbytes
         e = self._scratch(geo.D * m_rows * geo.G * geo.HP * 4)
-        units = geo.D * n * geo.H
-        outputs = [self._scratch(geo.L * units * geo.itemsize, kernels._OUTPUT),
-                   self._scratch(geo.finals * units * geo.itemsize, kernels._OUTPUT)]
+        outputs = [self._scratch(geo.L * geo.D * n * geo.out * geo.itemsize, kernels._OUTPUT),
+                   self._scratch(sum(geo.final_widths) * geo.D * n * geo.itemsize, kernels._OUTPUT)]
         row_blocks = -(-m_rows // 4)
         xdims = np.array([m_rows, n, geo.L, geo.I, geo.D, row_blocks, 0, 0], np.uint32)
         proj = rt.bind_group("tangent_proj", {
@@ -228,7 +246,7 @@ class _Call(kernels._Call):
         })
         x_threads = geo.D * row_blocks * geo.G * geo.H4
         xgrid = plan.grid2d(-(-x_threads // plan.XPROJ_WORKGROUP), self.max_dim)
-        threads = geo.D * -(-n // plan_.nb) * geo.H4
+        threads = geo.D * -(-n // plan_.nb) * geo.S4  # lstm_tangent_proj: P4 per row block
         rgrid = plan.grid2d(-(-threads // plan.STEPWISE_WORKGROUP), self.max_dim)
         return kernels._Job(index, n0, n, proj, xgrid, recur, rgrid, outputs)
 
@@ -246,10 +264,13 @@ class _Call(kernels._Call):
         rt, stats, geo = self.rt, self.stats, self.geo
         t0 = time.perf_counter()
         cfg = self.cfg
-        proj = rt.pipeline("tangent_proj", "tangent_proj", self.storage, {
+        pc: dict[str, float] = {
             "C4": geo.G * geo.H4, "H": geo.H, "HG": geo.G if cfg.cell == "lstm" else 2, "K": geo.res_blocks,
             "LAYOUT": cfg.layout, "REV0": int(cfg.reversed_dirs[0]), "WG": plan.XPROJ_WORKGROUP,
-        })
+        }
+        if geo.P:  # only then: an unprojected call's pipeline keeps its constants
+            pc.update(P=geo.P, S4=geo.S4)
+        proj = rt.pipeline("tangent_proj", "tangent_proj", self.storage, pc)
         consts = self._recurrence_constants()
         recur = [rt.pipeline(f"{self.cfg.cell}_tangent", e, self.storage, consts) for e in entries(self.cfg)]
         sched = self._schedule()
