@@ -164,8 +164,18 @@ def matrix(f16: bool) -> list[Case]:
             add(f"tangent-{kind}-{direction}-layout{layout}", cfg, {"lens": RAGGED}, "stepwise", tangent=True)
             if f16:
                 add(f"tangent-f16-{kind}-{direction}", cfg, {"lens": RAGGED}, "stepwise", f16=True, tangent=True)
+    # the projected LSTM's tangent (lstm_tangent_proj; tangent_proj over P features), P < H and P4 > H4
+    for direction, layout, proj_size, clip in (("bidirectional", 1, 2, 0.5), ("reverse", 0, 9, None)):
+        cfg = make_cfg("lstm", direction, layout=layout, ragged=True, clip=clip, peepholes=True, proj=True)
+        add(f"tangent-lstm-proj{proj_size}-{direction}-layout{layout}", cfg, {"lens": RAGGED, "P": proj_size},
+            "stepwise", tangent=True)
+        if f16:
+            add(f"tangent-f16-lstm-proj{proj_size}-{direction}", cfg, {"lens": RAGGED, "P": proj_size}, "stepwise",
+                f16=True, tangent=True)
     # replayed on Dawn's OpenGL ES backend, read-back bytes compared with wgpu's
     rep = lambda *a, **k: add(*a, replay=True, **k)
+    rep("replay-tangent-lstm-proj-bidirectional", make_cfg("lstm", "bidirectional", ragged=True, input_forget=True,
+        proj=True), {"lens": RAGGED, "P": 3}, "stepwise", tangent=True)
     rep("replay-tangent-gru-bidirectional-layout1-clip", make_cfg("gru", "bidirectional", layout=1, ragged=True,
         clip=0.5, acts=gru_acts), {"lens": RAGGED}, "stepwise", tangent=True)
     rep("replay-tangent-lstm-peepholes-reverse", make_cfg("lstm", "reverse", ragged=True, peepholes=True),

@@ -247,3 +247,102 @@ def test_no_steps_returns_the_initial_state_tangents():
     assert dy.shape == (0, 1, 2, 5)
     np.testing.assert_array_equal(np.asarray(dh), np.asarray(t[2]))
     np.testing.assert_array_equal(np.asarray(dc), np.asarray(t[3]))
+
+
+# --------------------------------------------------------------------------------------
+# the projected LSTM (proj_size P: h' = proj·(o ⊙ h(c')), R [D, 4H, P]): lstm_tangent_step then
+# lstm_tangent_proj per step, against the xla jvp (reference/lstm.py's tangent_step)
+# --------------------------------------------------------------------------------------
+def _proj_problem(name, *, direction="forward", layout=0, H=5, P=2, states=True, lens=None, peepholes=False,
+                  seed=0, **opts):
+    """(f(backend), arguments, random tangents) of a projected LSTM; data seeded by ``name``."""
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    d = 2 if direction == "bidirectional" else 1
+    L, N, I = 5, 4, 3  # noqa: E741
+    f32 = lambda *s: jnp.asarray(rng.standard_normal(s) * 0.5, jnp.float32)
+    params = jaxgru.init_lstm(jax.random.key(seed), I, H, bidirectional=d == 2, proj_size=P)
+    params = params._replace(b=f32(d, 8 * H), p=f32(d, 3 * H) if peepholes else None)
+    x = f32(L, N, I) * 2 if layout == 0 else f32(N, L, I) * 2
+    st = {}
+    if states:
+        st = {"initial_h": f32(d, N, P), "initial_c": f32(d, N, H)}
+        if layout == 1:
+            st = {k: jnp.swapaxes(v, 0, 1) for k, v in st.items()}
+    kw = dict(opts, direction=direction, layout=layout)
+    if lens is not None:
+        kw["sequence_lens"] = jnp.asarray(lens, jnp.int32)
+
+    def f(backend):
+        return lambda p, x, s: jaxgru.lstm(p, x, **kw, **s, backend=backend)
+
+    args = (params, x, st)
+    keys = iter(jax.random.split(jax.random.key(seed + 1), 16))
+    tangents = jax.tree.map(lambda a: jax.random.normal(next(keys), a.shape, a.dtype), args)
+    return f, args, tangents
+
+
+# (name, options): every direction and layout, P < H and P > H (stepwise-only in the forward),
+# peepholes + input_forget + clip, ragged lengths with a 0, initial states given and absent
+PROJ_CASES = [
+    ("proj-forward-l0-peep-if-clip", dict(P=2, peepholes=True, input_forget=1, clip=0.7, lens=[5, 0, 3, 1])),
+    ("proj-bidirectional-l1-wide", dict(direction="bidirectional", layout=1, P=9, states=False)),  # P4 > H4
+    ("proj-reverse-l1-peep", dict(direction="reverse", layout=1, P=3, peepholes=True, lens=[2, 5, 0, 4])),
+    ("proj-bidirectional-l0-if-clip-acts", dict(direction="bidirectional", P=4, input_forget=1, clip=0.5,
+                                                 states=False, lens=[5, 0, 3, 1],
+                                                 activations=["HardSigmoid", "Softsign", "Elu"] * 2,
+                                                 activation_alpha=[0.6, 0.6, 0.6, 0.6],
+                                                 activation_beta=[0.4, 0.4])),
+]
+
+
+@pytest.mark.parametrize(("name", "opts"), PROJ_CASES, ids=[c[0] for c in PROJ_CASES])
+def test_projected_jvp_matches_xla(name, opts):
+    f, args, tangents = _proj_problem(name, **opts)
+    want = _jvp(f("xla"), args, tangents)
+    counters.reset_counters()
+    got = jax.jit(lambda a, t: jax.jvp(f("wgsl"), a, t))(args, tangents)
+    _close(want, got)
+    assert got[1][1].shape[-1] == opts["P"] and got[1][2].shape[-1] == 5  # dY_h has P features, dY_c H
+    tan = counters.counters()["by_kind"]["tangent"]
+    assert tan["calls"] == 1 and counters.counters()["by_kind"]["forward"]["calls"] == 1
+    # prep (Wᵀ|dWᵀ, Rᵀ|dRᵀ, projt|dprojt, the bias tangents[, P|dP]) + projection + 2 per step
+    assert tan["dispatches"] == 4 + int(bool(opts.get("peepholes"))) + 1 + 2 * 5
+
+
+def test_projected_compiled_jvp_has_no_loop_linearize_and_partial_tangents():
+    f, args, tangents = _proj_problem("proj-linearize", direction="bidirectional", P=3, peepholes=True,
+                                      lens=[5, 2, 0, 4])
+    text = {be: jax.jit(lambda a, t, be=be: jax.jvp(f(be), a, t)).lower(args, tangents).as_text()
+            for be in ("xla", "wgsl")}
+    assert "while" in text["xla"] and "while" not in text["wgsl"]
+    assert text["wgsl"].count("xla_buffer_python_cpu_callback") == 2  # the forward and the tangent
+    out, lin = jax.linearize(f("wgsl"), *args)
+    want_out, want_t = _jvp(f("xla"), args, tangents)
+    _close(want_out, out)
+    _close(want_t, lin(*tangents))
+    p, x, s = args  # a jvp in proj alone (every other tangent a symbolic zero)
+    g = lambda be: lambda proj: f(be)(p._replace(proj=proj), x, s)
+    _close(_jvp(g("xla"), (p.proj,), (tangents[0].proj,)), _jvp(g("wgsl"), (p.proj,), (tangents[0].proj,)))
+
+
+def test_projected_check_grads_forward_mode_on_wgsl():
+    f, args, _ = _proj_problem("proj-check", direction="bidirectional", H=3, P=6, peepholes=True,
+                               lens=[5, 2, 0, 1])  # P4 = 2 > H4 = 1: state rows of P4 vec4s
+    check_grads(jax.jit(f("wgsl")), args, order=1, modes=["fwd"], atol=1e-2, rtol=1e-2, eps=1e-2)
+
+
+def test_projected_float16_and_ensemble():
+    f, args, tangents = _proj_problem("proj-f16", direction="bidirectional", layout=1, P=3, peepholes=True,
+                                      lens=[5, 2, 0, 4])
+    a16, t16 = jax.tree.map(lambda a: a.astype(jnp.float16), (args, tangents))
+    got = jax.jit(lambda a, t: jax.jvp(f("wgsl"), a, t))(a16, t16)
+    assert all(g.dtype == jnp.float16 for g in jax.tree.leaves(got))
+    _close(_jvp(f("xla"), a16, t16), got, atol=1e-2, rtol=1e-2)
+    (p, x, s), tp = args, tangents[0]
+    ens = jax.tree.map(lambda a: jnp.stack([a, 0.5 * a]), p)
+    t_ens = jax.tree.map(lambda a: jnp.stack([a, -a]), tp)
+    jvp = lambda be: lambda p, tp: jax.jvp(lambda p: f(be)(p, x, s), (p,), (tp,))
+    counters.reset_counters()
+    got = jax.jit(jax.vmap(jvp("wgsl")))(ens, t_ens)
+    assert counters.counters()["by_kind"]["tangent"]["calls"] == 1  # one call for both members
+    _close(jax.jit(jax.vmap(jvp("xla")))(ens, t_ens), got)
