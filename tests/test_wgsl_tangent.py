@@ -258,7 +258,7 @@ def _proj_problem(name, *, direction="forward", layout=0, H=5, P=2, states=True,
     """(f(backend), arguments, random tangents) of a projected LSTM; data seeded by ``name``."""
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     d = 2 if direction == "bidirectional" else 1
-    L, N, I = 5, 4, 3  # noqa: E741
+    L, N, I = 5, 4, 3
     f32 = lambda *s: jnp.asarray(rng.standard_normal(s) * 0.5, jnp.float32)
     params = jaxgru.init_lstm(jax.random.key(seed), I, H, bidirectional=d == 2, proj_size=P)
     params = params._replace(b=f32(d, 8 * H), p=f32(d, 3 * H) if peepholes else None)
