@@ -346,3 +346,15 @@ def test_projected_float16_and_ensemble():
     got = jax.jit(jax.vmap(jvp("wgsl")))(ens, t_ens)
     assert counters.counters()["by_kind"]["tangent"]["calls"] == 1  # one call for both members
     _close(jax.jit(jax.vmap(jvp("xla")))(ens, t_ens), got)
+
+
+def test_projected_batch_chunks():
+    f, args, tangents = _proj_problem("proj-chunks", direction="reverse", layout=1, H=3, P=6, lens=[5, 0, 3, 1])
+    want = _jvp(f("xla"), args, tangents)
+    with runtime.limit_override(max_storage_buffer_binding_size=1536):  # rows of P4 > H4 vec4s, in chunks
+        counters.reset_counters()
+        got = jax.block_until_ready(jax.jit(lambda a, t: jax.jvp(f("wgsl"), a, t))(args, tangents))
+        dispatches = counters.counters()["by_kind"]["tangent"]["dispatches"]
+    chunks = (dispatches - 4) // (1 + 2 * 5)  # 4 prep, then per chunk the projection and 2 per step
+    assert chunks > 1 and dispatches == 4 + chunks * (1 + 2 * 5)
+    _close(want, got)
