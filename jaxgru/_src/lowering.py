@@ -1,5 +1,6 @@
 """Lowerings of the primitives: the ``lax.scan`` reference (``xla``) for every primitive, and the
-host callback into the WGSL kernels (``wgsl``) for the forward.
+host callback into the WGSL kernels (``wgsl``) for the forward, and on the ``cpu`` platform the native
+FFI kernels (``cpu``, native.py) for the forward.
 
 The ensemble axis (``ensemble > 0``: every operand and output has a leading axis of that size)
 runs the reference one member at a time under ``jax.vmap``.
@@ -112,7 +113,7 @@ def for_export(ctx: Any) -> bool:
 
 def forward_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int, residuals: bool) -> Any:
     backend = backends.lowered(cfg, for_export(ctx))
-    if backend == "xla":
+    if backend in ("xla", "cpu"):  # cpu: here on another platform, or a sharded x (see below)
         fn = reference_forward(cfg, ensemble, residuals)
     elif backend == "wgsl":
         from jaxgru._src.webgpu import callback  # imports wgpu: only when used
@@ -122,6 +123,23 @@ def forward_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int, residua
         raise NotImplementedError(f"jaxgru: no lowering for backend {backend!r}.")
     fn = _follow_x(cfg, ensemble, _operand_kinds(cfg, "forward"), fn)
     return mlir.lower_fun(fn, multiple_results=True)(ctx, *ops)
+
+
+def _batch_sharded(ctx: Any) -> bool:
+    """Whether x's aval carries a sharding of some axis (explicit sharding): the FFI call has no
+    partitioning rule, so such calls keep the reference lowering."""
+    spec_ = getattr(getattr(ctx.avals_in[0], "sharding", None), "spec", None) or ()
+    return any(s is not None for s in spec_)
+
+
+def cpu_forward_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int, residuals: bool) -> Any:
+    """The forward on the ``cpu`` platform: the native FFI kernels for ``backend="cpu"``
+    (native.py), otherwise the same as on every platform (:func:`forward_lowering`)."""
+    if backends.lowered(cfg, for_export(ctx)) == "cpu" and not _batch_sharded(ctx):
+        from jaxgru._src import native
+
+        return mlir.lower_fun(native.make_forward(cfg, ensemble, residuals), multiple_results=True)(ctx, *ops)
+    return forward_lowering(ctx, *ops, cfg=cfg, ensemble=ensemble, residuals=residuals)
 
 
 def tangent_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int) -> Any:
