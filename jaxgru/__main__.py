@@ -36,6 +36,11 @@ def _info(args: argparse.Namespace) -> int:
         print(f" {mark} [{a['index']}] {a['name']} ({a['adapter_type']}, {a['backend_type']})")
         print(f"       features: {', '.join(a['features'])}")
         print("       limits: " + ", ".join(f"{k}={v}" for k, v in a["limits"].items()))
+    native = info["cpu_native"]
+    if native["available"]:
+        print(f"native CPU lowering (backend='cpu'): {native['isa']} kernels, {native['module']}")
+    else:
+        print(f"native CPU lowering (backend='cpu'): not available: {native['reason']}")
     print(f"backend='auto' -> {info['auto']}: {info['reason']}")
     for k, v in info["env"].items():
         print(f"{k}={v if v is not None else '(unset)'}")
@@ -132,7 +137,7 @@ def _positive(text: str) -> int:
 
 # One function per subcommand: it adds its parser and sets ``fn``, the function that runs it.
 def _add_info(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("info", help="versions, JAX devices, WebGPU adapters, the automatic backend")
+    p = sub.add_parser("info", help="versions, JAX devices, WebGPU adapters, the native CPU lowering, the automatic backend")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(fn=_info)
 

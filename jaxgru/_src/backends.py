@@ -202,11 +202,14 @@ def lowered(cfg: RNNConfig, for_export: bool) -> str:
     Raises:
       NotImplementedError: an explicit ``backend="wgsl"`` under ``jax.export``.
       WGPUUnavailableError: ``auto`` resolved to wgsl (``JAXGRU_BACKEND=wgsl``) and no adapter.
+      NativeUnavailableError: ``auto`` resolved to cpu (``JAXGRU_BACKEND=cpu``) and it is not built.
     """
     fname = f"jaxgru.{cfg.cell}"
     if for_export:
-        if cfg.auto:
-            return "xla"  # portable: the same artifact whatever this machine would pick
+        if cfg.auto or cfg.backend == "cpu":
+            # portable: the same artifact whatever this machine would pick (the native CPU
+            # lowering's FFI call has no compatibility guarantee: it exports as its reference)
+            return "xla"
         if cfg.backend == "wgsl":
             raise NotImplementedError(
                 f"{fname}: backend='wgsl' cannot be exported: jax.export cannot serialise its host "

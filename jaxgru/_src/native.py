@@ -87,7 +87,8 @@ def status() -> dict:
     """``{"available", "isa", "module", "reason"}`` of the native CPU lowering."""
     mod, why = _module()
     if mod is None or not available():
-        return {"available": False, "isa": None, "module": None, "reason": why}
+        return {"available": False, "isa": None, "module": None,
+                "reason": why or "the native CPU lowering is unavailable"}
     return {"available": True, "isa": mod.isa(isa_cap()), "module": getattr(mod, "__file__", None),
             "reason": f"kernels for {mod.isa(0)} (by cpuid)"}
 
