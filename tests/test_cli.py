@@ -15,7 +15,7 @@ def _run(*args, timeout=300):
                           timeout=timeout, check=False)
 
 
-@pytest.mark.parametrize("cmd", [[], ["info"], ["demo"], ["bench"]])
+@pytest.mark.parametrize("cmd", [[], ["info"], ["demo"], ["bench"], ["build-native"]])
 def test_help(cmd):
     out = _run(*cmd, "--help")
     assert out.returncode == 0 and "usage" in out.stdout

@@ -113,7 +113,7 @@ def for_export(ctx: Any) -> bool:
 
 def forward_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int, residuals: bool) -> Any:
     backend = backends.lowered(cfg, for_export(ctx))
-    if backend in ("xla", "cpu"):  # cpu: here on another platform, or a sharded x (see below)
+    if backend in ("xla", "cpu"):  # cpu: here on another platform, or partitioned (see below)
         fn = reference_forward(cfg, ensemble, residuals)
     elif backend == "wgsl":
         from jaxgru._src.webgpu import callback  # imports wgpu: only when used
@@ -125,17 +125,22 @@ def forward_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int, residua
     return mlir.lower_fun(fn, multiple_results=True)(ctx, *ops)
 
 
-def _batch_sharded(ctx: Any) -> bool:
-    """Whether x's aval carries a sharding of some axis (explicit sharding): the FFI call has no
-    partitioning rule, so such calls keep the reference lowering."""
-    spec_ = getattr(getattr(ctx.avals_in[0], "sharding", None), "spec", None) or ()
-    return any(s is not None for s in spec_)
+def _partitioned(ctx: Any) -> bool:
+    """Whether the module is partitioned over several devices (jit with sharded operands, outside
+    shard_map's manual axes). The native FFI call has no partitioning rule (XLA would gather its
+    operands onto one device), so such calls keep the reference lowering; inside ``shard_map``
+    (every mesh axis manual) each device runs the FFI call on its own shard."""
+    axis_ctx = ctx.module_context.axis_context
+    mesh, manual = getattr(axis_ctx, "mesh", None), getattr(axis_ctx, "manual_axes", None)
+    if mesh is not None and manual is not None:  # shard_map / GSPMD with a mesh
+        return mesh.size > 1 and set(manual) != set(mesh.axis_names)
+    return int(getattr(axis_ctx, "num_devices", 1) or 1) > 1  # jit over several devices
 
 
 def cpu_forward_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int, residuals: bool) -> Any:
     """The forward on the ``cpu`` platform: the native FFI kernels for ``backend="cpu"``
     (native.py), otherwise the same as on every platform (:func:`forward_lowering`)."""
-    if backends.lowered(cfg, for_export(ctx)) == "cpu" and not _batch_sharded(ctx):
+    if backends.lowered(cfg, for_export(ctx)) == "cpu" and not _partitioned(ctx):
         from jaxgru._src import native
 
         return mlir.lower_fun(native.make_forward(cfg, ensemble, residuals), multiple_results=True)(ctx, *ops)

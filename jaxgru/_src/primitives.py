@@ -13,7 +13,8 @@ For cell in {gru, lstm}:
 ``ensemble > 0`` means every operand and output has a leading axis of that size (independent
 members, e.g. vmapped weights). Shape rules: shapes.py; lowerings: lowering.py (``xla``: the
 ``lax.scan`` reference everywhere; ``wgsl``: the forward's host callback into the WGSL
-kernels; ``cpu``: the forward's XLA FFI call into the native kernels, on the cpu platform); jvp, transpose and batching: rules.py.
+kernels; ``cpu``: the forward's XLA FFI call into the native kernels, on the cpu platform);
+jvp, transpose and batching: rules.py.
 """
 
 from __future__ import annotations

@@ -1,0 +1,80 @@
+"""The native CPU lowering (``backend="cpu"``) against onnxruntime, PyTorch and jaxgru's own
+``xla`` lowering: forward and training step, interleaved rounds, medians.
+
+    python benchmarks/cpu_native.py [--repeats 15] [--only gru]
+
+The forward shapes are the ones of the design note (shared/design/cpu-native.md); the training
+shapes are benchmarks/train_step.py's. Writes benchmarks/results/cpu_native.json and prints the
+tables docs/performance.md quotes (ratios to the best of onnxruntime / PyTorch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from _timing import interleaved_medians, save
+from cases import Case
+from peers import JaxgruPeer, OnnxRuntimePeer, TorchPeer, Unsupported, make_data
+
+FORWARD = [Case("gru", "forward", 128, 1, 256, 256), Case("gru", "forward", 128, 16, 256, 256),
+           Case("gru", "forward", 128, 64, 256, 256), Case("gru", "forward", 64, 64, 512, 512),
+           Case("lstm", "forward", 128, 1, 256, 256), Case("lstm", "forward", 128, 32, 256, 256),
+           Case("lstm", "forward", 100, 8, 128, 128, bidirectional=True),
+           Case("gru", "forward", 100, 16, 128, 128, ragged=True)]
+TRAIN = [Case("gru", "train", 100, 16, 128, 128), Case("lstm", "train", 100, 16, 128, 128),
+         Case("gru", "train", 50, 64, 256, 256), Case("lstm", "train", 50, 64, 256, 256)]
+PEERS = ("jaxgru-cpu", "jaxgru-xla", "onnxruntime", "torch")
+
+
+def geo(values):
+    values = [v for v in values if v]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def run(cases, repeats):
+    rows = []
+    for case in cases:
+        data = make_data(case)
+        fns = {}
+        for peer in (JaxgruPeer("cpu"), JaxgruPeer("xla"), OnnxRuntimePeer(), TorchPeer("cpu")):
+            try:
+                fn = peer.build(case, data)
+                fn()
+                fns[peer.name] = fn
+            except Unsupported:
+                pass
+        med = interleaved_medians(fns, repeats)
+        best = min(v for k, v in med.items() if k in ("onnxruntime", "torch"))
+        row = {"case": case.name, "median_ms": {k: v * 1e3 for k, v in med.items()},
+               "cpu_vs_best": med["jaxgru-cpu"] / best, "xla_vs_best": med["jaxgru-xla"] / best,
+               "cpu_vs_torch": med["jaxgru-cpu"] / med["torch"] if "torch" in med else None}
+        rows.append(row)
+        cells = " | ".join(f"{row['median_ms'].get(p, float('nan')):.2f}" for p in PEERS)
+        print(f"| {case.name} | {cells} | {row['cpu_vs_best']:.2f} | {row['xla_vs_best']:.2f} |", flush=True)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--only", default="", help="cases whose name contains this text")
+    args = ap.parse_args(argv)
+    print("| case | " + " | ".join(f"{p} ms" for p in PEERS) + " | cpu vs best | xla vs best |")
+    print("|---" * (len(PEERS) + 3) + "|")
+    fwd = run([c for c in FORWARD if args.only in c.name], args.repeats)
+    train = run([c for c in TRAIN if args.only in c.name], args.repeats)
+    summary = {"forward_cpu_geomean_vs_best": geo([r["cpu_vs_best"] for r in fwd]),
+               "forward_cpu_worst_vs_best": max((r["cpu_vs_best"] for r in fwd), default=None),
+               "train_cpu_geomean_vs_torch": geo([r["cpu_vs_torch"] for r in train])}
+    print(summary)
+    save("cpu_native", {"forward": fwd, "train": train, "summary": summary})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
