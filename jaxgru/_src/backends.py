@@ -13,8 +13,9 @@ Two moments decide: at trace time :func:`configure` resolves the call's backend 
 time :func:`lowered` picks what the lowering emits: an automatic choice lowers as ``xla`` under
 ``jax.export`` (so an exported artifact is the same on every machine), an explicit ``wgsl``
 refuses to be exported, and ``cpu`` exports as ``xla`` (an FFI call is not portable). On
-Linux, ``auto`` asks wgpu for adapters (0.3-0.9 s: it loads the Vulkan drivers) only where a GPU device node exists (:func:`gpu_device_node`): without one only
-a software adapter could answer, and ``auto`` would not pick it.
+Linux, ``auto`` asks wgpu for adapters (0.3-0.9 s: it loads the Vulkan drivers) only where a
+GPU device node exists (:func:`gpu_device_node`): without one only a software adapter could
+answer, and ``auto`` would not pick it.
 """
 
 from __future__ import annotations
