@@ -244,9 +244,10 @@ ffi::Error run_layer(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32
     return ffi::Error::Success();
   }
   c.k = &select_kernels(at.isa);
-  // input-projection chunks of about 256 KiB (at least one step)
+  // input-projection chunks of about 1 MiB of projections (at least one step): W's panels are
+  // read once per chunk, so a chunk of one step at a large batch would re-read them every step
   const int64_t step_bytes = ly.N * ly.Hp * ly.G * 4;
-  ly.chunk = std::max<int64_t>(1, std::min<int64_t>(ly.L, (256 << 10) / std::max<int64_t>(1, step_bytes)));
+  ly.chunk = std::max<int64_t>(1, std::min<int64_t>(ly.L, (1 << 20) / std::max<int64_t>(1, step_bytes)));
   int64_t total = 0;
   Layer probe = ly;
   for (int d = 0; d < ly.D; ++d) total += layout_dir(probe, probe.dir[d], nullptr) + 16;
