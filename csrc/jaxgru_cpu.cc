@@ -117,35 +117,60 @@ void worker(Call& c, int index, int threads) {
   (void)threads;
 }
 
-float* carve(float*& p, int64_t n) {
-  float* out = p;
-  p += (n + 15) / 16 * 16;  // keep 64-byte alignment
-  return out;
-}
-
-// Scratch size (floats) and pointers of one direction; with base == nullptr only counts.
+// Scratch of one direction: sets its pointers from `base` (nullptr: only counts) and returns
+// its size in floats. Every buffer starts on a 64-byte boundary.
 int64_t layout_dir(Layer& ly, Dir& dr, float* base) {
-  float* p = base;
-  const int64_t G = ly.G, Hp = ly.Hp, nb = ly.nb;
+  int64_t used = 0;
   auto take = [&](int64_t n) -> float* {
-    float* out = p;
-    p += (n + 15) / 16 * 16;
+    float* out = base ? base + used : nullptr;
+    used += (n + 15) / 16 * 16;
     return out;
   };
-  dr.wpanel = take(nb * ly.I * G * kBlock);
+  const int64_t G = ly.G, Hp = ly.Hp, nb = ly.nb, N = ly.N;
   const bool gru0 = ly.cell == 0 && !ly.lbr;
+  dr.peep = take(3 * Hp);
+  if (ly.backward) {
+    dr.rtpanel = take(nb * G * ly.H * kBlock);
+    dr.dh[0] = take(N * Hp);
+    dr.dh[1] = take(N * Hp);
+    dr.dc = take(N * Hp);
+    dr.ghz = take(N * Hp);
+    dr.dah = gru0 ? take(N * Hp) : nullptr;
+    return used;
+  }
+  dr.wpanel = take(nb * ly.I * G * kBlock);
   dr.rpanel = take(nb * ly.H * (gru0 ? 2 : G) * kBlock);
   dr.rhpanel = gru0 ? take(nb * ly.H * kBlock) : nullptr;
   dr.bx = take(G * Hp);
   dr.bh = take(Hp);
-  dr.peep = take(3 * Hp);
-  dr.proj = take(ly.chunk * ly.N * nb * G * kBlock);
-  dr.h[0] = take(ly.N * Hp);
-  dr.h[1] = take(ly.N * Hp);
-  dr.c = take(ly.N * Hp);
-  dr.z = gru0 ? take(ly.N * Hp) : nullptr;
-  dr.rh = gru0 ? take(ly.N * Hp) : nullptr;
-  return p - base;
+  dr.proj = take(ly.chunk * N * nb * G * kBlock);
+  dr.h[0] = take(N * Hp);
+  dr.h[1] = take(N * Hp);
+  dr.c = take(N * Hp);
+  dr.z = gru0 ? take(N * Hp) : nullptr;
+  dr.rh = gru0 ? take(N * Hp) : nullptr;
+  return used;
+}
+
+void init_peepholes(Layer& ly, int d) {
+  Dir& dr = ly.dir[d];
+  std::fill(dr.peep, dr.peep + 3 * ly.Hp, 0.f);
+  if (ly.cell == 1 && ly.peepholes)
+    for (int64_t g = 0; g < 3; ++g)
+      for (int64_t u = 0; u < ly.H; ++u) dr.peep[g * ly.Hp + u] = ly.p[d * 3 * ly.H + g * ly.H + u];
+}
+
+// Backward: the cotangents of the last states into the double buffers, the rest zero.
+void init_dir_backward(Layer& ly, int d) {
+  Dir& dr = ly.dir[d];
+  const int64_t H = ly.H, Hp = ly.Hp, N = ly.N;
+  init_peepholes(ly, d);
+  for (float* b : {dr.dh[0], dr.dh[1], dr.dc, dr.ghz}) std::fill(b, b + N * Hp, 0.f);
+  if (dr.dah) std::fill(dr.dah, dr.dah + N * Hp, 0.f);
+  for (int64_t n = 0; n < N; ++n) {
+    std::memcpy(dr.dh[0] + n * Hp, ly.dhT + (d * N + n) * H, H * sizeof(float));
+    if (ly.cell == 1) std::memcpy(dr.dc + n * Hp, ly.dcT + (d * N + n) * H, H * sizeof(float));
+  }
 }
 
 void init_dir(Layer& ly, int d) {
@@ -153,7 +178,7 @@ void init_dir(Layer& ly, int d) {
   const int64_t G = ly.G, H = ly.H, Hp = ly.Hp, N = ly.N;
   std::fill(dr.bx, dr.bx + G * Hp, 0.f);
   std::fill(dr.bh, dr.bh + Hp, 0.f);
-  std::fill(dr.peep, dr.peep + 3 * Hp, 0.f);
+  init_peepholes(ly, d);
   const float* b = ly.b + d * 2 * G * H;  // [Wb (G*H), Rb (G*H)]
   for (int64_t g = 0; g < G; ++g)
     for (int64_t u = 0; u < H; ++u) {
@@ -161,9 +186,6 @@ void init_dir(Layer& ly, int d) {
       dr.bx[g * Hp + u] = b[g * H + u] + (apart ? 0.f : b[G * H + g * H + u]);
       if (apart) dr.bh[u] = b[G * H + g * H + u];
     }
-  if (ly.cell == 1 && ly.peepholes)
-    for (int64_t g = 0; g < 3; ++g)
-      for (int64_t u = 0; u < H; ++u) dr.peep[g * Hp + u] = ly.p[d * 3 * H + g * H + u];
   for (int s = 0; s < 2; ++s) std::fill(dr.h[s], dr.h[s] + N * Hp, 0.f);
   std::fill(dr.c, dr.c + N * Hp, 0.f);
   for (int64_t n = 0; n < N; ++n) {
@@ -173,6 +195,8 @@ void init_dir(Layer& ly, int d) {
   if (dr.z) std::fill(dr.z, dr.z + N * Hp, 0.f);
   if (dr.rh) std::fill(dr.rh, dr.rh + N * Hp, 0.f);
 }
+
+void finish_plan(Call& c, int d);
 
 void plan_phases(Call& c, int d) {
   const Layer& ly = c.ly;
@@ -193,6 +217,28 @@ void plan_phases(Call& c, int d) {
       if (cell == 0 && !ly.lbr) add(kStepB, t, ly.N, rb);
     }
   }
+  finish_plan(c, d);
+}
+
+void plan_backward(Call& c, int d) {
+  const Layer& ly = c.ly;
+  std::vector<Phase>& ph = c.phases[d];
+  const int rows = c.k->rows_bwd;
+  auto add = [&](int kind, int64_t arg, int64_t rows_total, int r) {
+    int64_t nrt = std::max<int64_t>(1, (rows_total + r - 1) / r);
+    ph.push_back(Phase{kind, arg, nrt, r, ly.nb * nrt});
+  };
+  add(kBwdPack, 0, 1, 1);
+  for (int64_t t = ly.L - 1; t >= 0; --t) {
+    add(kBwdElem, t, ly.N, rows);
+    if (ly.cell == 0 && !ly.lbr) add(kBwdRh, t, ly.N, rows);
+    add(kBwdMat, t, ly.N, rows);
+  }
+  finish_plan(c, d);
+}
+
+void finish_plan(Call& c, int d) {
+  std::vector<Phase>& ph = c.phases[d];
   c.sync[d].reset(new PhaseSync[ph.size()]);
   for (size_t i = 0; i < ph.size(); ++i) {
     for (auto& a : c.sync[d][i].next) a.store(0, std::memory_order_relaxed);
@@ -207,29 +253,20 @@ struct Attrs {
   float alpha[6], beta[6];
 };
 
-ffi::Error run_layer(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32> x,
-                     ffi::Buffer<ffi::F32> w, ffi::Buffer<ffi::F32> r, ffi::Buffer<ffi::F32> b,
-                     const float* p, ffi::Buffer<ffi::F32> h0, const float* c0,
-                     ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> y,
-                     ffi::ResultBuffer<ffi::F32> yh, float* yc, ffi::ResultBuffer<ffi::F32> res) {
-  auto call = std::make_shared<Call>();
-  Call& c = *call;
+// What every call shares: sizes, flags, activations, the kernels. False: bad shapes.
+bool configure(Call& c, const Attrs& at, int64_t L, int64_t N, int64_t I, ffi::Span<const int64_t> rd) {
   Layer& ly = c.ly;
-  auto xd = x.dimensions(), rd = r.dimensions();
-  if (xd.size() != 3 || rd.size() != 3) return ffi::Error::InvalidArgument("jaxgru_cpu: bad operand ranks");
+  if (rd.size() != 3) return false;
   ly.cell = at.cell;
   ly.G = at.cell == 0 ? 3 : 4;
-  ly.L = xd[0]; ly.N = xd[1]; ly.I = xd[2];
+  ly.L = L; ly.N = N; ly.I = I;
   ly.D = rd[0]; ly.H = rd[2];
-  if (rd[1] != ly.G * ly.H) return ffi::Error::InvalidArgument("jaxgru_cpu: R must be [D, G*H, H]");
+  if (rd[1] != ly.G * ly.H || ly.D < 1 || ly.D > 2) return false;
   ly.Hp = (ly.H + kBlock - 1) / kBlock * kBlock;
   ly.nb = ly.Hp / kBlock;
   ly.lbr = at.lbr; ly.input_forget = at.input_forget; ly.peepholes = at.peepholes; ly.ragged = at.ragged;
   ly.clip = at.clip;
-  ly.K = at.residuals ? (at.cell == 0 ? (at.lbr ? 4 : 3) : 5) : 0;
-  ly.x = x.typed_data(); ly.w = w.typed_data(); ly.r = r.typed_data(); ly.b = b.typed_data();
-  ly.p = p; ly.h0 = h0.typed_data(); ly.c0 = c0; ly.lens = lens.typed_data();
-  ly.y = y->typed_data(); ly.yh = yh->typed_data(); ly.yc = yc; ly.res = at.residuals ? res->typed_data() : nullptr;
+  ly.K = at.cell == 0 ? (at.lbr ? 4 : 3) : 5;
   const int per_dir = at.cell == 0 ? 2 : 3;
   for (int d = 0; d < ly.D; ++d) {
     ly.dir[d].reversed = at.direction == 1 || (at.direction == 2 && d == 1);
@@ -238,31 +275,44 @@ ffi::Error run_layer(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32
       ly.dir[d].act[i] = Activation{at.act[k], at.alpha[k], at.beta[k]};
     }
   }
-  if (ly.L == 0 || ly.N == 0) {  // nothing to run: the final states are the initial ones
-    std::memcpy(ly.yh, ly.h0, sizeof(float) * ly.D * ly.N * ly.H);
-    if (ly.yc) std::memcpy(ly.yc, ly.c0, sizeof(float) * ly.D * ly.N * ly.H);
-    return ffi::Error::Success();
-  }
   c.k = &select_kernels(at.isa);
   // input-projection chunks of about 1 MiB of projections (at least one step): W's panels are
   // read once per chunk, so a chunk of one step at a large batch would re-read them every step
   const int64_t step_bytes = ly.N * ly.Hp * ly.G * 4;
-  ly.chunk = std::max<int64_t>(1, std::min<int64_t>(ly.L, (1 << 20) / std::max<int64_t>(1, step_bytes)));
+  ly.chunk = std::max<int64_t>(1, std::min<int64_t>(std::max<int64_t>(1, ly.L),
+                                                    (1 << 20) / std::max<int64_t>(1, step_bytes)));
+  return true;
+}
+
+// Allocate the scratch (one block for every direction), initialise it and plan the phases.
+void prepare(Call& c) {
+  Layer& ly = c.ly;
   int64_t total = 0;
   Layer probe = ly;
-  for (int d = 0; d < ly.D; ++d) total += layout_dir(probe, probe.dir[d], nullptr) + 16;
+  for (int d = 0; d < ly.D; ++d) total += layout_dir(probe, probe.dir[d], nullptr);
   c.scratch.resize(total + 16);
   float* base = c.scratch.data();
   base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t(63));
   for (int d = 0; d < ly.D; ++d) {
     base += layout_dir(ly, ly.dir[d], base);
-    init_dir(ly, d);
+    if (ly.backward) {
+      init_dir_backward(ly, d);
+      plan_backward(c, d);
+    } else {
+      init_dir(ly, d);
+      plan_phases(c, d);
+    }
   }
-  for (int d = 0; d < ly.D; ++d) plan_phases(c, d);
+}
+
+// Run every phase: the caller's thread and up to T-1 tasks on XLA's intra-op pool.
+void execute(const std::shared_ptr<Call>& call, ffi::ThreadPool& pool, int32_t cap) {
+  Call& c = *call;
+  const Layer& ly = c.ly;
   // threads: XLA's intra-op pool size (or the caller's cap), fewer where a step is too small
   // to share (a step's synchronisation costs ~1-5 us: keep >= ~100k flops per thread and step)
   int64_t avail = std::max<int64_t>(1, pool.num_threads());
-  if (at.threads > 0) avail = at.threads;
+  if (cap > 0) avail = cap;
   const int64_t step_flops = 2 * ly.N * ly.G * ly.H * ly.H * ly.D;
   int64_t threads = std::min<int64_t>({avail, std::max<int64_t>(1, step_flops / 100000), ly.nb * ly.D, 2 * kMaxRanges});
   if (ly.D == 2 && threads == 1 && avail >= 2 && step_flops >= 50000) threads = 2;
@@ -280,14 +330,73 @@ ffi::Error run_layer(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32
     });
   }
   worker(c, 0, T);
-  c.finished.store(true);
+  c.finished.store(true);  // a task that starts from now on does nothing
   while (c.active.load() != 0) std::this_thread::yield();
+}
+
+ffi::Error run_layer(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32> x,
+                     ffi::Buffer<ffi::F32> w, ffi::Buffer<ffi::F32> r, ffi::Buffer<ffi::F32> b,
+                     const float* p, ffi::Buffer<ffi::F32> h0, const float* c0,
+                     ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> y,
+                     ffi::ResultBuffer<ffi::F32> yh, float* yc, ffi::ResultBuffer<ffi::F32> res) {
+  auto call = std::make_shared<Call>();
+  Call& c = *call;
+  Layer& ly = c.ly;
+  auto xd = x.dimensions();
+  if (xd.size() != 3 || !configure(c, at, xd[0], xd[1], xd[2], r.dimensions()))
+    return ffi::Error::InvalidArgument("jaxgru_cpu: operands of unexpected shapes");
+  if (!at.residuals) ly.K = 0;
+  ly.x = x.typed_data(); ly.w = w.typed_data(); ly.r = r.typed_data(); ly.b = b.typed_data();
+  ly.p = p; ly.h0 = h0.typed_data(); ly.c0 = c0; ly.lens = lens.typed_data();
+  ly.y = y->typed_data(); ly.yh = yh->typed_data(); ly.yc = yc; ly.res = at.residuals ? res->typed_data() : nullptr;
+  if (ly.L == 0 || ly.N == 0) {  // nothing to run: the final states are the initial ones
+    std::memcpy(ly.yh, ly.h0, sizeof(float) * ly.D * ly.N * ly.H);
+    if (ly.yc) std::memcpy(ly.yc, ly.c0, sizeof(float) * ly.D * ly.N * ly.H);
+    return ffi::Error::Success();
+  }
+  prepare(c);
+  execute(call, pool, at.threads);
   // final states: the state after each row's last valid step (held through the padding)
   for (int d = 0; d < ly.D; ++d) {
     const float* hf = ly.dir[d].h[ly.L & 1];
     for (int64_t n = 0; n < ly.N; ++n) {
       std::memcpy(ly.yh + (d * ly.N + n) * ly.H, hf + n * ly.Hp, ly.H * sizeof(float));
       if (ly.yc) std::memcpy(ly.yc + (d * ly.N + n) * ly.H, ly.dir[d].c + n * ly.Hp, ly.H * sizeof(float));
+    }
+  }
+  return ffi::Error::Success();
+}
+
+// The backward's reverse recurrence (the serial part; the weight gradients are GEMMs over all
+// steps that XLA does after it, native.py). Operands in processing order, [D][L][N][.].
+ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32> gy,
+                        ffi::Buffer<ffi::F32> res, ffi::Buffer<ffi::F32> hp, const float* cp,
+                        ffi::Buffer<ffi::F32> r, const float* p, ffi::Buffer<ffi::F32> dhT,
+                        const float* dcT, ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> dgx,
+                        float* dgh, ffi::ResultBuffer<ffi::F32> dh0, float* dc0) {
+  auto call = std::make_shared<Call>();
+  Call& c = *call;
+  Layer& ly = c.ly;
+  ly.backward = true;
+  auto gd = gy.dimensions();  // [D, L, N, H]
+  if (gd.size() != 4 || !configure(c, at, gd[1], gd[2], 0, r.dimensions()))
+    return ffi::Error::InvalidArgument("jaxgru_cpu: operands of unexpected shapes");
+  ly.r = r.typed_data(); ly.p = p; ly.lens = lens.typed_data();
+  ly.gy = gy.typed_data(); ly.res = const_cast<float*>(res.typed_data()); ly.hp = hp.typed_data();
+  ly.cp = cp; ly.dhT = dhT.typed_data(); ly.dcT = dcT;
+  ly.dgx = dgx->typed_data(); ly.dgh = dgh; ly.dh0 = dh0->typed_data(); ly.dc0 = dc0;
+  if (ly.L == 0 || ly.N == 0) {
+    std::memcpy(ly.dh0, ly.dhT, sizeof(float) * ly.D * ly.N * ly.H);
+    if (ly.dc0) std::memcpy(ly.dc0, ly.dcT, sizeof(float) * ly.D * ly.N * ly.H);
+    return ffi::Error::Success();
+  }
+  prepare(c);
+  execute(call, pool, at.threads);
+  for (int d = 0; d < ly.D; ++d) {
+    const float* dhf = ly.dir[d].dh[ly.L & 1];
+    for (int64_t n = 0; n < ly.N; ++n) {
+      std::memcpy(ly.dh0 + (d * ly.N + n) * ly.H, dhf + n * ly.Hp, ly.H * sizeof(float));
+      if (ly.dc0) std::memcpy(ly.dc0 + (d * ly.N + n) * ly.H, ly.dir[d].dc + n * ly.Hp, ly.H * sizeof(float));
     }
   }
   return ffi::Error::Success();
@@ -343,8 +452,54 @@ ffi::Error lstm_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<
                    yc->typed_data(), res);
 }
 
+#define JAXGRU_ATTR_ARGS                                                                         \
+  int32_t lbr, int32_t input_forget, int32_t peepholes, int32_t ragged, int32_t direction,        \
+      int32_t residuals, int32_t threads, int32_t isa, float clip, int32_t a0, int32_t a1,         \
+      int32_t a2, int32_t a3, int32_t a4, int32_t a5, float al0, float al1, float al2, float al3,  \
+      float al4, float al5, float be0, float be1, float be2, float be3, float be4, float be5
+#define JAXGRU_ATTR_VALUES(cell)                                                                 \
+  make_attrs(cell, lbr, input_forget, peepholes, ragged, direction, residuals, threads, isa, clip, \
+             a0, a1, a2, a3, a4, a5, al0, al1, al2, al3, al4, al5, be0, be1, be2, be3, be4, be5)
+
+ffi::Error gru_bwd_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> gy, ffi::Buffer<ffi::F32> res,
+                        ffi::Buffer<ffi::F32> hp, ffi::Buffer<ffi::F32> r, ffi::Buffer<ffi::F32> dhT,
+                        ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> dgx,
+                        ffi::ResultBuffer<ffi::F32> dgh, ffi::ResultBuffer<ffi::F32> dh0, JAXGRU_ATTR_ARGS) {
+  Attrs at = JAXGRU_ATTR_VALUES(0);
+  return run_backward(pool, at, gy, res, hp, nullptr, r, nullptr, dhT, nullptr, lens, dgx,
+                      lbr ? dgh->typed_data() : nullptr, dh0, nullptr);
+}
+
+ffi::Error lstm_bwd_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> gy, ffi::Buffer<ffi::F32> res,
+                         ffi::Buffer<ffi::F32> hp, ffi::Buffer<ffi::F32> cp, ffi::Buffer<ffi::F32> r,
+                         ffi::Buffer<ffi::F32> p, ffi::Buffer<ffi::F32> dhT, ffi::Buffer<ffi::F32> dcT,
+                         ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> dgx,
+                         ffi::ResultBuffer<ffi::F32> dh0, ffi::ResultBuffer<ffi::F32> dc0, JAXGRU_ATTR_ARGS) {
+  Attrs at = JAXGRU_ATTR_VALUES(1);
+  return run_backward(pool, at, gy, res, hp, cp.typed_data(), r, p.typed_data(), dhT, dcT.typed_data(),
+                      lens, dgx, nullptr, dh0, dc0->typed_data());
+}
+
 }  // namespace
 }  // namespace jaxgru_cpu
+
+#define JAXGRU_F32 xla::ffi::Buffer<xla::ffi::F32>
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jaxgru_gru_backward, jaxgru_cpu::gru_bwd_impl,
+    JAXGRU_ATTRS(xla::ffi::Ffi::Bind()
+                     .Ctx<xla::ffi::ThreadPool>()
+                     .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
+                     .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jaxgru_lstm_backward, jaxgru_cpu::lstm_bwd_impl,
+    JAXGRU_ATTRS(xla::ffi::Ffi::Bind()
+                     .Ctx<xla::ffi::ThreadPool>()
+                     .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
+                     .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
+                     .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jaxgru_gru_forward, jaxgru_cpu::gru_impl,
@@ -386,6 +541,8 @@ PyObject* registrations(PyObject*, PyObject*) {
   const std::pair<const char*, void*> targets[] = {
       {"jaxgru_gru_forward", reinterpret_cast<void*>(jaxgru_gru_forward)},
       {"jaxgru_lstm_forward", reinterpret_cast<void*>(jaxgru_lstm_forward)},
+      {"jaxgru_gru_backward", reinterpret_cast<void*>(jaxgru_gru_backward)},
+      {"jaxgru_lstm_backward", reinterpret_cast<void*>(jaxgru_lstm_backward)},
   };
   for (const auto& t : targets) {
     PyObject* cap = PyCapsule_New(t.second, nullptr, nullptr);

@@ -39,6 +39,12 @@ struct Dir {
   float* c = nullptr;        // [N][Hp]: LSTM cell state (tile-local: updated in place)
   float* z = nullptr;        // [N][Hp]: GRU lbr=0, z between the two phases of a step
   float* rh = nullptr;       // [N][Hp]: GRU lbr=0, r*H, the operand of the second phase
+  // backward
+  float* rtpanel = nullptr;  // nb x [G*H][16]: R's columns of block j (dH_prev = dG . R)
+  float* dh[2] = {nullptr, nullptr};  // [N][Hp] each: the cotangent of H, double-buffered
+  float* dc = nullptr;       // [N][Hp]: LSTM, the cotangent of C (tile-local)
+  float* ghz = nullptr;      // [N][Hp]: the part of dH_prev that is not a matmul
+  float* dah = nullptr;      // [N][Hp]: GRU lbr=0, d(a_h), the operand of d(r*H) = dah . Rh
 };
 
 struct Layer {
@@ -56,6 +62,12 @@ struct Layer {
   const float *h0 = nullptr, *c0 = nullptr;
   const int32_t* lens = nullptr;  // clipped to [0, L] by the caller (Python)
   float *y = nullptr, *yh = nullptr, *yc = nullptr, *res = nullptr;
+  // backward (processing order, [D][L][N][.]): the cotangent of Y per step, the state before
+  // each step, the cell state before each step (LSTM); results d(X.W^T + b) and, GRU lbr=1,
+  // d(H.R^T + Rb); the cotangents of the initial states
+  bool backward = false;
+  const float *gy = nullptr, *hp = nullptr, *cp = nullptr, *dhT = nullptr, *dcT = nullptr;
+  float *dgx = nullptr, *dgh = nullptr, *dh0 = nullptr, *dc0 = nullptr;
   Dir dir[2];
 
   int64_t len(int64_t n) const { return ragged ? lens[n] : L; }
@@ -68,13 +80,15 @@ struct Layer {
 };
 
 // Phases of one direction's work, in order. Every phase is a set of independent units.
-enum PhaseKind : int32_t { kPack = 0, kProject, kStep, kStepB };
+enum PhaseKind : int32_t { kPack = 0, kProject, kStep, kStepB,
+                           kBwdPack, kBwdElem, kBwdRh, kBwdMat };
 
 // The per-ISA kernels: row counts of each tile and the one entry point that runs a unit.
 struct Kernels {
   const char* name;
   int rows_proj;           // rows (batch x step) per input-projection tile
   int rows_step[2][2];     // [cell][phase] rows per recurrence tile (GRU lbr=0 has 2 phases)
+  int rows_bwd;            // rows per backward matmul tile (one 16-unit block, G = 1)
   // Run unit `unit` of phase (kind, arg) of direction d. `rows` is the tile's row count.
   void (*run)(const Layer& layer, int d, int kind, int64_t arg, int64_t unit, int rows);
 };

@@ -148,7 +148,11 @@ def _build_native(args: argparse.Namespace) -> int:
         print("python -m jaxgru build-native: no extension was built (no C++ compiler?).", file=sys.stderr)
         return 1
     for so in built:
-        shutil.copy2(so, root / "jaxgru" / so.name)
+        # a new file moved into place: overwriting a loaded extension in place crashes the
+        # processes that have it mapped (a test run in another shell)
+        tmp = root / "jaxgru" / f".{so.name}.tmp"
+        shutil.copy2(so, tmp)
+        tmp.replace(root / "jaxgru" / so.name)
         print(f"built {root / 'jaxgru' / so.name}")
     return 0
 

@@ -181,13 +181,25 @@ def test_lowers_to_one_ffi_call_per_layer_and_exports_as_xla():
     np.testing.assert_allclose(exported.call(params, x)[0], f(params, x)[0], atol=1e-6)
 
 
-@pytest.mark.parametrize("cell", ["gru", "lstm"])
-def test_gradients_match_xla(cell):
-    """grad through the native forward (its residuals feed the reference backward) equals
-    grad on xla, for every float operand."""
-    opts = {"linear_before_reset": 0} if cell == "gru" else {"peep": True}
-    case = random_case(np.random.default_rng(5), cell, L=5, N=3, I=4, H=6, direction="bidirectional",
-                       h0=True, c0=cell == "lstm", lens=[5, 2, 4], clip=2.0, **opts)
+GRAD_CASES = [
+    ("gru", {"linear_before_reset": 0, "clip": 2.0}),
+    ("gru", {"linear_before_reset": 1, "activations": ["HardSigmoid", "Softsign"] * 2,
+             "activation_alpha": [0.3, 0.25], "activation_beta": [0.45, 0.5]}),
+    ("lstm", {"peep": True, "clip": 2.0}),
+    ("lstm", {"peep": True, "input_forget": 1, "activations": ["Sigmoid", "Elu", "Softplus"] * 2,
+              "activation_alpha": [0.9, 1.1]}),
+]
+
+
+@pytest.mark.parametrize(("cell", "opts"), GRAD_CASES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(GRAD_CASES)])
+@pytest.mark.parametrize("isa", ["best", "generic"])
+def test_gradients_match_xla(monkeypatch, cell, opts, isa):
+    """grad through the native forward and the native backward recurrence equals grad on xla,
+    for every float operand (bidirectional, ragged with a length 0, initial states)."""
+    monkeypatch.setenv(native.ISA_ENV, isa)
+    opts = dict(opts)
+    case = random_case(np.random.default_rng(5), cell, L=5, N=4, I=4, H=18, direction="bidirectional",
+                       h0=True, c0=cell == "lstm", lens=[5, 2, 0, 4], **opts)
     fn = jaxgru.gru if cell == "gru" else jaxgru.lstm
     kw = case.kwargs(0)
     states = {k: kw.pop(k) for k in ("initial_h", "initial_c") if k in kw}
@@ -198,12 +210,26 @@ def test_gradients_match_xla(cell):
             return sum(jnp.sum(jnp.sin(o)) for o in outs)
         return jax.jit(jax.grad(f, argnums=(0, 1, 2)))
 
+    jax.clear_caches()
+    hlo = loss("cpu").lower(case.params, case.x, states).as_text()
+    assert f"jaxgru_{cell}_forward" in hlo and f"jaxgru_{cell}_backward" in hlo
     got = loss("cpu")(case.params, case.x, states)
     want = loss("xla")(case.params, case.x, states)
     chex.assert_trees_all_close(got, want, atol=5e-5, rtol=1e-4)
     jvp = jax.jvp(lambda x: fn(case.params, x, **kw, **states, backend="cpu")[0], (case.x,), (case.x,))[1]
     jvp_x = jax.jvp(lambda x: fn(case.params, x, **kw, **states, backend="xla")[0], (case.x,), (case.x,))[1]
     np.testing.assert_allclose(jvp, jvp_x, atol=5e-5, rtol=1e-4)
+
+
+def test_layout1_gradients_match_xla():
+    case = random_case(np.random.default_rng(6), "gru", L=4, N=3, I=3, H=5, linear_before_reset=1, h0=True)
+    x1 = np.swapaxes(case.x, 0, 1)
+    kw = case.kwargs(1)
+
+    def g(backend):
+        return jax.grad(lambda p, x: jnp.sum(jnp.sin(jaxgru.gru(p, x, **kw, backend=backend)[0])), argnums=(0, 1))
+
+    chex.assert_trees_all_close(g("cpu")(case.params, x1), g("xla")(case.params, x1), atol=5e-5, rtol=1e-4)
 
 
 def test_vmap_over_inputs_and_over_weights():

@@ -147,6 +147,16 @@ def cpu_forward_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int, res
     return forward_lowering(ctx, *ops, cfg=cfg, ensemble=ensemble, residuals=residuals)
 
 
+def cpu_backward_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int) -> Any:
+    """The backward on the ``cpu`` platform: its reverse recurrence through the native FFI kernel
+    for ``backend="cpu"`` (native.make_backward), otherwise :func:`backward_lowering`."""
+    if backends.lowered(cfg, for_export(ctx)) == "cpu" and not _partitioned(ctx):
+        from jaxgru._src import native
+
+        return mlir.lower_fun(native.make_backward(cfg, ensemble), multiple_results=True)(ctx, *ops)
+    return backward_lowering(ctx, *ops, cfg=cfg, ensemble=ensemble)
+
+
 def tangent_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int) -> Any:
     # The tangent and backward maps run on XLA for every backend (WGSL backward: later).
     fn = _follow_x(cfg, ensemble, _operand_kinds(cfg, "tangent"), reference_tangent(cfg, ensemble))

@@ -24,15 +24,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgru._src import reference
 from jaxgru._src.cells import spec
 from jaxgru._src.options import RNNConfig
-from jaxgru._src.reference.layout import states, time_major
+from jaxgru._src.reference.layout import Prepared, states, time_major
 
 ISA_ENV = "JAXGRU_CPU_ISA"
 THREADS_ENV = "JAXGRU_CPU_THREADS"
 # the ISA cap's values, in the order of the C++ side's `isa` attribute (0 = best available)
 ISAS = ("best", "avx512", "avx2", "generic")
 TARGETS = {"gru": "jaxgru_gru_forward", "lstm": "jaxgru_lstm_forward"}
+BACKWARD_TARGETS = {"gru": "jaxgru_gru_backward", "lstm": "jaxgru_lstm_backward"}
 MAX_ACTIVATIONS = 6  # activations per call: 3 per direction, 2 directions (the C++ attributes)
 Fn = Callable[..., Any]
 
@@ -142,5 +144,54 @@ def make_forward(cfg: RNNConfig, ensemble: int, residuals: bool) -> Fn:
         if residuals:
             result.append(outs[-1])
         return tuple(result)
+
+    return jax.vmap(one) if ensemble else one
+
+
+def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
+    """The backward of one layer: ``reference.backward`` with its reverse ``lax.scan`` replaced by
+    one FFI call (the serial part); the weight gradients are the same GEMMs over all steps.
+
+    The function takes (primals, y, res, cotangents) and returns the primals' cotangents.
+    """
+    cell = spec(cfg.cell)
+    n = cell.num_operands
+    attrs = _attrs(cfg, True)
+    lbr = cfg.cell == "gru" and cfg.linear_before_reset
+
+    def one(*args: Any) -> tuple[Any, ...]:
+        primals, y, res, cts = args[:n], args[n], args[n + 1], args[n + 2 :]
+        lens = cell.unpack(primals).lens
+
+        def recurrence(pr: Prepared, per_dir: list, carry0: tuple) -> tuple[tuple, tuple]:
+            f32 = lambda a: a.astype(jnp.float32)
+            d, length, batch, hidden = len(per_dir), pr.length, pr.batch, pr.hidden
+            gh = cfg.num_gates * hidden
+            stack = lambda k: f32(jnp.stack([pd[k] for pd in per_dir]))
+            carry = [f32(jnp.stack([c[k] for c in carry0])) for k in range(len(carry0[0]))]
+            st = jax.ShapeDtypeStruct((d, batch, hidden), jnp.float32)
+            dgx = jax.ShapeDtypeStruct((d, length, batch, gh), jnp.float32)
+            clipped = jnp.clip(lens.astype(jnp.int32), 0, length)
+            r = f32(jnp.stack(pr.r))
+            if cfg.cell == "gru":  # per_dir: (gy, a_zr, a_h, lin, h_prev)
+                shapes = [dgx, dgx if lbr else jax.ShapeDtypeStruct((0,), jnp.float32), st]
+                args_ = [stack(0), f32(res), stack(4), r, carry[0]]
+            else:  # per_dir: (gy, a_i, a_o, a_f, a_c, C, C_prev)
+                p = jnp.zeros((d, 3 * hidden), jnp.float32) if pr.peep is None else f32(
+                    jnp.stack([jnp.concatenate(v, axis=-1)[0] for v in pr.peep]))
+                shapes = [dgx, st, st]
+                args_ = [stack(0), f32(res), stack(6), stack(6), r, p, carry[0], carry[1]]
+            outs = jax.ffi.ffi_call(BACKWARD_TARGETS[cfg.cell], shapes, vmap_method="sequential")(
+                *args_, clipped, **attrs)
+            cd = pr.dtype
+            if cfg.cell == "gru":
+                first = tuple((outs[2][k].astype(cd),) for k in range(d))
+                emits = tuple((outs[0][k].astype(cd), outs[1][k].astype(cd) if lbr else None) for k in range(d))
+            else:
+                first = tuple((outs[1][k].astype(cd), outs[2][k].astype(cd)) for k in range(d))
+                emits = tuple((outs[0][k].astype(cd), None) for k in range(d))
+            return first, emits
+
+        return reference.backward(cfg, primals, y, res, cts, recurrence=recurrence)
 
     return jax.vmap(one) if ensemble else one

@@ -54,6 +54,7 @@ def _register(cell: str) -> rules.Primitives:
 
     p.backward.def_abstract_eval(shapes.backward_abstract)
     mlir.register_lowering(p.backward, lowering.backward_lowering)
+    mlir.register_lowering(p.backward, lowering.cpu_backward_lowering, platform="cpu")  # backend="cpu"
     ad.primitive_jvps[p.backward] = partial(rules.backward_jvp, p)
     batching.fancy_primitive_batchers[p.backward] = partial(rules.batch_rule, p.backward, "backward")
     return p
