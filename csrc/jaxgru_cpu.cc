@@ -306,16 +306,19 @@ void prepare(Call& c) {
 }
 
 // Run every phase: the caller's thread and up to T-1 tasks on XLA's intra-op pool.
-void execute(const std::shared_ptr<Call>& call, ffi::ThreadPool& pool, int32_t cap) {
+void execute(const std::shared_ptr<Call>& call, ffi::ThreadPool& pool, int64_t cap) {
   Call& c = *call;
   const Layer& ly = c.ly;
   // threads: XLA's intra-op pool size (or the caller's cap), fewer where a step is too small
-  // to share (a step's synchronisation costs ~1-5 us: keep >= ~100k flops per thread and step)
-  int64_t avail = std::max<int64_t>(1, pool.num_threads());
-  if (cap > 0) avail = cap;
+  // to share: a step ends when its last unit is done, and a thread that loses its core while
+  // holding a unit stalls the step for all (measured on a loaded 2-core machine: 2 threads at
+  // batch 1 ran 1.4-5x slower than 1). Keep >= ~1 MFLOP (~10 us) per thread and step.
+  // JAXGRU_CPU_THREADS (`cap`) asks for that many, at most one per block of 16 units.
+  const int64_t avail = std::max<int64_t>(1, pool.num_threads());
   const int64_t step_flops = 2 * ly.N * ly.G * ly.H * ly.H * ly.D;
-  int64_t threads = std::min<int64_t>({avail, std::max<int64_t>(1, step_flops / 100000), ly.nb * ly.D, 2 * kMaxRanges});
-  if (ly.D == 2 && threads == 1 && avail >= 2 && step_flops >= 50000) threads = 2;
+  int64_t threads = cap > 0 ? cap : std::min<int64_t>(avail, std::max<int64_t>(1, step_flops / 1000000));
+  if (cap <= 0 && ly.D == 2 && threads == 1 && avail >= 2 && step_flops >= 50000) threads = 2;  // a direction each
+  threads = std::min<int64_t>({threads, ly.nb * ly.D, 2 * kMaxRanges});
   for (int d = 0; d < ly.D; ++d) {
     int64_t mine = (threads + (ly.D - 1 - d)) / ly.D;  // workers d, d+D, ...
     c.ranges[d] = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({mine, kMaxRanges, ly.nb})));

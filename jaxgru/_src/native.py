@@ -8,8 +8,9 @@ the first time a lowering or ``backend_info()`` needs them (importing jaxgru sta
 The kernels take float32, time-major operands: this module casts half-precision storage to
 float32 (the compute dtype, as the reference does) and swaps batch-major (layout 1) operands
 around the call. The C++ side picks AVX-512 / AVX2+FMA / generic kernels by cpuid per call;
-``JAXGRU_CPU_ISA`` (avx512, avx2, generic) caps that choice and ``JAXGRU_CPU_THREADS`` the
-threads (default: the size of XLA's intra-op thread pool), both read when a call is lowered.
+``JAXGRU_CPU_ISA`` (avx512, avx2, generic) caps that choice and ``JAXGRU_CPU_THREADS`` sets the
+threads (default: from the size of XLA's intra-op thread pool and the work per step), both read
+when a call is lowered.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def isa_cap() -> int:
 
 
 def threads_cap() -> int:
-    """The ``threads`` attribute from ``JAXGRU_CPU_THREADS`` (0: XLA's intra-op pool size)."""
+    """The ``threads`` attribute from ``JAXGRU_CPU_THREADS`` (0: chosen per call by the kernels)."""
     v = os.environ.get(THREADS_ENV, "").strip()
     if not v:
         return 0
