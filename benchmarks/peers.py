@@ -18,6 +18,7 @@ import numpy as np
 from cases import Case
 
 import jaxgru
+import jaxgru._src.native
 
 THREADS = os.cpu_count() or 1
 
@@ -72,6 +73,8 @@ class JaxgruPeer(Peer):
             status = jaxgru._src.backends.adapter_status()
             if not status["available"]:
                 return "no WebGPU adapter"
+        if self.backend == "cpu" and not jaxgru._src.native.available():
+            return "the native CPU extension is not built"
         return None
 
     def software_adapter(self) -> bool:
@@ -274,5 +277,6 @@ class EquinoxPeer(Peer):
 
 
 def all_peers() -> list[Peer]:
-    return [JaxgruPeer("xla"), JaxgruPeer("wgsl"), OnnxRuntimePeer(), TorchPeer("cpu"), TorchPeer("cuda"),
+    return [JaxgruPeer("xla"), JaxgruPeer("cpu"), JaxgruPeer("wgsl"), OnnxRuntimePeer(), TorchPeer("cpu"),
+            TorchPeer("cuda"),
             FlaxPeer(), EquinoxPeer()]

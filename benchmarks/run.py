@@ -108,6 +108,10 @@ def summarise(rows: list[dict], limits: dict) -> dict:
         best = min((v for k, v in med.items() if k in COMPARED), default=None)
         row["best_compared"] = best
         row["ratio_vs_best"] = jx / best if (jx and best) else None
+        cpu = med.get("jaxgru-cpu")  # the native CPU lowering, where built
+        row["cpu_ratio_vs_best"] = cpu / best if (cpu and best) else None
+        if cpu and "torch" in med:
+            row["cpu_ratio_vs_torch"] = cpu / med["torch"]
         for peer in ("torch", "flax", "equinox"):
             if peer in med and jx:
                 row[f"speedup_vs_{peer}"] = med[peer] / jx
@@ -118,6 +122,9 @@ def summarise(rows: list[dict], limits: dict) -> dict:
         s["geomean_ratio_vs_best"] = geo([r["ratio_vs_best"] for r in sel])
         s["cases_slower_than_best"] = sum(1 for r in sel if r["ratio_vs_best"] and r["ratio_vs_best"] > 1)
         s["geomean_ratio_vs_torch"] = geo([1 / r["speedup_vs_torch"] for r in sel if r.get("speedup_vs_torch")])
+        s["cpu_geomean_ratio_vs_best"] = geo([r.get("cpu_ratio_vs_best") for r in sel])
+        s["cpu_cases_slower_than_best"] = sum(1 for r in sel if (r.get("cpu_ratio_vs_best") or 0) > 1)
+        s["cpu_geomean_ratio_vs_torch"] = geo([r.get("cpu_ratio_vs_torch") for r in sel])
         for peer in ("flax", "equinox"):
             s[f"geomean_speedup_vs_{peer}"] = geo([r.get(f"speedup_vs_{peer}") for r in sel])
         big = [r for r in sel if r["case"]["N"] >= 64]
@@ -126,7 +133,7 @@ def summarise(rows: list[dict], limits: dict) -> dict:
 
 
 def table(rows: list[dict], peers: list[str]) -> str:
-    head = ["case", *peers, "roofline", "xla vs best", "of roofline"]
+    head = ["case", *peers, "roofline", "xla vs best", "cpu vs best", "of roofline"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         med = r["median_s"]
@@ -134,6 +141,7 @@ def table(rows: list[dict], peers: list[str]) -> str:
         cells += [f"{med[p] * 1e3:.2f}" if p in med else "—" for p in peers]
         cells.append(f"{r['roofline_s'] * 1e3:.2f} ms")
         cells.append(f"{r['ratio_vs_best']:.2f}" if r.get("ratio_vs_best") else "—")
+        cells.append(f"{r['cpu_ratio_vs_best']:.2f}" if r.get("cpu_ratio_vs_best") else "—")
         cells.append(f"{r['roofline_fraction']:.0%}" if r.get("roofline_fraction") else "—")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Command line: ``python -m jaxgru {info,demo,bench,plan} [--help]``."""
+"""Command line: ``python -m jaxgru {info,demo,bench,plan,build-native} [--help]``."""
 
 from __future__ import annotations
 
@@ -36,6 +36,11 @@ def _info(args: argparse.Namespace) -> int:
         print(f" {mark} [{a['index']}] {a['name']} ({a['adapter_type']}, {a['backend_type']})")
         print(f"       features: {', '.join(a['features'])}")
         print("       limits: " + ", ".join(f"{k}={v}" for k, v in a["limits"].items()))
+    native = info["cpu_native"]
+    if native["available"]:
+        print(f"native CPU lowering (backend='cpu'): {native['isa']} kernels, {native['module']}")
+    else:
+        print(f"native CPU lowering (backend='cpu'): not available: {native['reason']}")
     print(f"backend='auto' -> {info['auto']}: {info['reason']}")
     for k, v in info["env"].items():
         print(f"{k}={v if v is not None else '(unset)'}")
@@ -120,6 +125,38 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _build_native(args: argparse.Namespace) -> int:
+    """Build the native CPU extension of a source checkout in place (development)."""
+    import shutil
+    import subprocess
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    cmake = shutil.which("cmake")
+    if not (root / "CMakeLists.txt").is_file() or cmake is None:
+        print("python -m jaxgru build-native needs a source checkout (CMakeLists.txt) and cmake on PATH; "
+              f"looked in {root}.", file=sys.stderr)
+        return 2
+    build = root / "build-native"
+    configure = [cmake, "-S", str(root), "-B", str(build), f"-DPython_EXECUTABLE={sys.executable}",
+                 "-DCMAKE_BUILD_TYPE=Release"]
+    for cmd in (configure, [cmake, "--build", str(build), "-j", str(args.jobs)]):
+        if subprocess.run(cmd, check=False).returncode != 0:
+            print(f"python -m jaxgru build-native: {' '.join(cmd)} failed.", file=sys.stderr)
+            return 1
+    built = sorted(build.glob("_jaxgru_cpu*"))
+    if not built:
+        print("python -m jaxgru build-native: no extension was built (no C++ compiler?).", file=sys.stderr)
+        return 1
+    for so in built:
+        # a new file moved into place: overwriting a loaded extension in place crashes the
+        # processes that have it mapped (a test run in another shell)
+        tmp = root / "jaxgru" / f".{so.name}.tmp"
+        shutil.copy2(so, tmp)
+        tmp.replace(root / "jaxgru" / so.name)
+        print(f"built {root / 'jaxgru' / so.name}")
+    return 0
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -132,7 +169,8 @@ def _positive(text: str) -> int:
 
 # One function per subcommand: it adds its parser and sets ``fn``, the function that runs it.
 def _add_info(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("info", help="versions, JAX devices, WebGPU adapters, the automatic backend")
+    p = sub.add_parser("info", help="versions, JAX devices, WebGPU adapters, the native CPU lowering, "
+                       "the automatic backend")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(fn=_info)
 
@@ -196,7 +234,18 @@ def _add_plan(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(fn=_plan)
 
 
-SUBCOMMANDS = (_add_info, _add_demo, _add_bench, _add_plan)
+def _add_build_native(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "build-native", help="build the native CPU lowering of a source checkout in place (development)",
+        description="Configure and build CMakeLists.txt into build-native/ and copy the extension "
+        "(_jaxgru_cpu*.so) into jaxgru/, where an uninstalled checkout loads it from. "
+        "`pip install` builds it by itself.",
+    )
+    p.add_argument("--jobs", type=_positive, default=2, help="parallel compile jobs")
+    p.set_defaults(fn=_build_native)
+
+
+SUBCOMMANDS = (_add_info, _add_demo, _add_bench, _add_plan, _add_build_native)
 
 
 def main(argv: list[str] | None = None) -> int:

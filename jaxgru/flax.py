@@ -181,7 +181,7 @@ class GRU(_Stack):
       activation_alpha: alpha values of the activations, as in ``jaxgru.gru``.
       activation_beta: beta values of the activations, as in ``jaxgru.gru``.
       clip: clamp every activation input into ``[-clip, clip]``; None for no clipping.
-      backend: "auto", "xla" or "wgsl".
+      backend: "auto", "xla", "wgsl" or "cpu" (see docs/backends.md).
       dropout: the rate in [0, 1) of dropout on each layer's output but the last, as PyTorch's
         ``dropout`` (inverted: kept values scaled by ``1 / (1 - dropout)``); 0 for none.
       deterministic: as ``nnx.Dropout``'s: if True, no dropout; ``model.train()`` sets it False,
@@ -321,7 +321,7 @@ class LSTM(_Stack):
       activation_alpha: alpha values of the activations, as in ``jaxgru.lstm``.
       activation_beta: beta values of the activations, as in ``jaxgru.lstm``.
       clip: clamp every gate's activation input into ``[-clip, clip]``; None for no clipping.
-      backend: "auto", "xla" or "wgsl".
+      backend: "auto", "xla", "wgsl" or "cpu" (see docs/backends.md).
       dropout: the rate in [0, 1) of dropout on each layer's output but the last, as PyTorch's
         ``dropout`` (inverted: kept values scaled by ``1 / (1 - dropout)``); 0 for none.
       deterministic: as ``nnx.Dropout``'s: if True, no dropout; ``model.train()`` sets it False,

@@ -15,7 +15,7 @@ def _run(*args, timeout=300):
                           timeout=timeout, check=False)
 
 
-@pytest.mark.parametrize("cmd", [[], ["info"], ["demo"], ["bench"], ["plan"]])
+@pytest.mark.parametrize("cmd", [[], ["info"], ["demo"], ["bench"], ["plan"], ["build-native"]])
 def test_help(cmd):
     out = _run(*cmd, "--help")
     assert out.returncode == 0 and "usage" in out.stdout
@@ -25,7 +25,8 @@ def test_info_json_reports_the_automatic_choice():
     out = _run("info", "--json")
     assert out.returncode == 0, out.stderr
     info = json.loads(out.stdout)
-    assert info["auto"] in ("xla", "wgsl") and info["reason"]
+    assert info["auto"] in ("xla", "wgsl", "cpu") and info["reason"]
+    assert set(info["cpu_native"]) == {"available", "isa", "module", "reason"}
     assert isinstance(info["adapters"], list)
 
 
@@ -33,6 +34,7 @@ def test_info_text():
     out = _run("info")
     assert out.returncode == 0, out.stderr
     assert "backend='auto' ->" in out.stdout and "JAX devices" in out.stdout
+    assert "native CPU lowering (backend='cpu'): " in out.stdout
 
 
 def test_plan_prints_the_before_and_after_table():

@@ -13,7 +13,7 @@ import wgsl_support
 
 import jaxgru
 import jaxgru.webgpu
-from jaxgru._src import backends
+from jaxgru._src import backends, native
 from jaxgru._src.webgpu import runtime
 
 TOL = dict(rtol=1e-6, atol=1e-6)
@@ -137,20 +137,22 @@ def test_auto_skips_the_probe_without_a_gpu_device_node(monkeypatch):
     monkeypatch.setattr(backends, "gpu_device_node", lambda: None)
     monkeypatch.setattr(backends, "adapter_status", _no_probe)
     choice, reason = backends.automatic()
-    assert choice == "xla" and "no GPU device node" in reason
+    assert choice == ("cpu" if native.available() else "xla") and "no GPU device node" in reason
     params = jaxgru.init_gru(jax.random.key(0), 3, 4)
     y, _ = jaxgru.gru(params, jnp.ones((5, 2, 3)))  # the public call does not probe either
     assert y.shape == (5, 1, 2, 4)
 
 
 @pytest.mark.parametrize(("adapter_type", "want"), [("DiscreteGPU", "wgsl"), ("IntegratedGPU", "wgsl"),
-                                                    ("CPU", "xla")])
+                                                    ("CPU", "cpu-lowering")])
 def test_a_gpu_host_still_probes_and_picks_a_hardware_adapter(monkeypatch, adapter_type, want):
     monkeypatch.delenv(backends.ENV, raising=False)
     monkeypatch.setattr(backends.jax, "default_backend", lambda: "cpu")
     monkeypatch.setattr(backends, "gpu_device_node", lambda: "/dev/dri/renderD128")
     adapter = {"name": "Some GPU", "adapter_type": adapter_type, "backend_type": "Vulkan"}
     monkeypatch.setattr(backends, "adapter_status", lambda: {"available": True, "adapter": adapter})
+    if want == "cpu-lowering":  # a software adapter: the CPU lowering, native where built
+        want = "cpu" if native.available() else "xla"
     assert backends.automatic()[0] == want
     monkeypatch.setattr(backends.jax, "default_backend", lambda: "gpu")  # JAX on the GPU: xla
     assert backends.automatic()[0] == "xla"

@@ -108,7 +108,7 @@ def test_xla_lowering_is_a_plain_xla_program():
 
 def test_jaxpr_shows_the_primitive_and_its_options():
     params = jaxgru.init_gru(jax.random.key(0), I, H)
-    text = str(jax.make_jaxpr(lambda p, x: jaxgru.gru(p, x, linear_before_reset=True, clip=2.0))(
+    text = str(jax.make_jaxpr(lambda p, x: jaxgru.gru(p, x, linear_before_reset=True, clip=2.0, backend="xla"))(
         params, jnp.ones((L, N, I))))
     assert "jaxgru_gru[" in text
     assert "RNNConfig(gru, forward, layout=0, lbr=1, acts=Sigmoid,Tanh, clip=2.0, ragged=0, xla)" in text

@@ -26,7 +26,9 @@ from hypothesis import strategies as st
 from oracles import Case, numpy_run, ort_run
 
 import jaxgru
+from jaxgru._src import native
 from jaxgru._src.activations import NAMES, lookup
+from jaxgru._src.backends import NativeUnavailableError
 from jaxgru._src.webgpu.runtime import WGPUUnavailableError
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
@@ -291,6 +293,22 @@ def test_fuzz_wgsl_matches_xla_and_onnxruntime(adapter, cfg):
         assert_agree(g, x, cfg.dtype, f"wgsl output {i} vs xla, {cfg}")
 
 
+@pytest.mark.skipif(not native.available(), reason="the native CPU extension is not built")
+@settings(max_examples=examples(30), **FUZZ)
+@given(cfg=configs())
+def test_fuzz_cpu_matches_xla_and_onnxruntime(cfg):
+    """The native CPU lowering (backend="cpu") against onnxruntime and the xla reference."""
+    _bounded_caches()
+    case, c32 = build_case(cfg)
+    want = expected(cfg, c32)
+    xla, cpu = run(case, cfg, "xla"), run(case, cfg, "cpu")
+    vs_ort = assert_agree_with_overflowed if overflowed(want) else assert_agree
+    vs_xla = assert_agree_with_overflowed if overflowed(want) else assert_agree
+    for i, (w, x, g) in enumerate(zip(want, xla, cpu, strict=True)):
+        vs_ort(g, w, cfg.dtype, f"cpu output {i} vs onnxruntime, {cfg}")
+        vs_xla(g, x, cfg.dtype, f"cpu output {i} vs xla, {cfg}")
+
+
 @pytest.mark.wgsl
 @settings(max_examples=examples(6), **FUZZ)
 @given(cfg=configs(dtypes=("float32",), min_length=1))
@@ -318,6 +336,30 @@ def test_fuzz_gradients_agree_across_backends(adapter, cfg):
         assert_agree(g, w, "float32", f"gradient, {cfg}")
 
 
+@pytest.mark.skipif(not native.available(), reason="the native CPU extension is not built")
+@settings(max_examples=examples(8), **FUZZ)
+@given(cfg=configs(dtypes=("float32",), min_length=1))
+def test_fuzz_cpu_gradients_match_xla(cfg):
+    """grad on cpu (native forward, residuals and reverse recurrence) equals grad on xla."""
+    _bounded_caches(50)
+    case, _ = build_case(cfg)
+    fn = jaxgru.gru if cfg.cell == "gru" else jaxgru.lstm
+    kw = case.kwargs(0)
+    rng = np.random.default_rng(cfg.seed)
+    cts = [rng.standard_normal(o.shape).astype(np.float32) for o in case.run(0, backend="xla")]
+
+    def loss(backend):
+        def f(params, x):
+            outs = fn(params, x, **kw, backend=backend)
+            return sum(jnp.sum(o * c) for o, c in zip(outs, cts, strict=True))
+        return jax.jit(jax.grad(f, argnums=(0, 1)))
+
+    want = loss("xla")(case.params, case.x)
+    got = loss("cpu")(case.params, case.x)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        assert_agree(g, w, "float32", f"gradient, {cfg}")
+
+
 @settings(max_examples=examples(30), **FUZZ)
 @given(cfg=configs(dtypes=("float32",), min_length=1))
 def test_fuzz_numpy_oracle_matches_onnxruntime(cfg):
@@ -335,7 +377,7 @@ def test_fuzz_numpy_oracle_matches_onnxruntime(cfg):
 # --------------------------------------------------------------------------------------
 # invalid-input fuzzing
 # --------------------------------------------------------------------------------------
-ALLOWED = (ValueError, TypeError, NotImplementedError, WGPUUnavailableError)
+ALLOWED = (ValueError, TypeError, NotImplementedError, WGPUUnavailableError, NativeUnavailableError)
 NOT_ARRAYS = st.sampled_from([None, "abc", {"a": 1}, object(), [["x", 1]]])
 BAD_DTYPES = st.sampled_from([np.int32, np.int8, np.uint8, np.bool_, np.complex64])
 
@@ -374,7 +416,7 @@ def malformed_calls(draw):
     cell = draw(st.sampled_from(["gru", "lstm"]))
     d = draw(st.sampled_from([1, 2]))
     kw = _valid_call(cell, d, draw(st.sampled_from([0, 1])))
-    kw["backend"] = draw(st.sampled_from(["xla", "wgsl", "auto"]))
+    kw["backend"] = draw(st.sampled_from(["xla", "wgsl", "auto", "cpu"]))
     fields = list(kw["params"]._fields)
     arrays = ["x", "initial_h", *(["initial_c"] if cell == "lstm" else [])]
     kind = draw(st.sampled_from([
@@ -471,7 +513,7 @@ def malformed_calls(draw):
         kw[name] = draw(st.sampled_from([["a"], [None], [[1.0]], "0.5", {"a": 1}, [float("nan")], [True]]))
         return cell, kw, (TypeError,), name
     if kind == "backend":
-        kw["backend"] = draw(st.text(max_size=8).filter(lambda s: s not in ("auto", "xla", "wgsl"))
+        kw["backend"] = draw(st.text(max_size=8).filter(lambda s: s not in ("auto", "xla", "wgsl", "cpu"))
                              | st.sampled_from([None, "XLA", "cuda", 0]))
         return cell, kw, (ValueError,), "backend"
     other = {"gru": ["initial_c", "input_forget", "peepholes"], "lstm": ["linear_before_reset", "peepholes"]}

@@ -18,7 +18,7 @@ import wgsl_support
 from oracles import random_case
 
 import jaxgru
-from jaxgru._src import backends
+from jaxgru._src import backends, native
 from jaxgru._src.activations import NAMES, lookup
 from jaxgru._src.webgpu import counters, plan, runtime
 
@@ -293,14 +293,14 @@ def test_auto_choice_and_env_override(monkeypatch, adapter):
     choice, reason = backends.automatic()
     if adapter["adapter_type"] in backends.HARDWARE_ADAPTERS and jax.default_backend() == "cpu":
         assert choice == "wgsl"
-    else:
-        assert choice == "xla" and reason
+    else:  # the CPU lowering: native where built
+        assert choice == ("cpu" if native.available() else "xla") and reason
     assert _forward_backend() == choice
     monkeypatch.setenv(backends.ENV, "wgsl")
     assert _forward_backend() == "wgsl"
     assert _forward_backend(backend="xla") == "xla"  # an explicit argument wins
     monkeypatch.setenv(backends.ENV, "tpu")
-    with pytest.raises(ValueError, match="JAXGRU_BACKEND must be 'xla' or 'wgsl'"):
+    with pytest.raises(ValueError, match="JAXGRU_BACKEND must be one of"):
         _forward_backend()
 
 
@@ -310,12 +310,12 @@ def test_no_adapter_says_how_to_get_one(monkeypatch):
         _forward_backend(backend="wgsl")
     assert "jaxgru.gru" in str(info.value) and "apt-get install mesa-vulkan-drivers" in str(info.value)
     monkeypatch.delenv(backends.ENV, raising=False)
-    assert _forward_backend() == "xla"  # auto falls back
+    assert _forward_backend() == ("cpu" if native.available() else "xla")  # auto falls back
 
 
 def test_backend_info_reports_adapters():
     info = jaxgru.backend_info()
-    assert info["auto"] in ("xla", "wgsl") and info["reason"]
+    assert info["auto"] in ("xla", "wgsl", "cpu") and info["reason"]
     assert info["adapters"] and sum(a["selected"] for a in info["adapters"]) == 1
     a = info["adapters"][0]
     for key in ("name", "adapter_type", "backend_type", "features", "limits"):

@@ -172,7 +172,7 @@ def gru(
       activation_alpha: alpha values, consumed in order by the activations that take one.
       activation_beta: beta values, likewise.
       clip: clamp every activation input into ``[-clip, clip]``.
-      backend: "auto", "xla" or "wgsl".
+      backend: "auto", "xla", "wgsl" or "cpu" (see docs/backends.md).
 
     Returns:
       ``(y, y_h)``: ``y [L, D, N, H]`` (layout 0) or ``[N, L, D, H]`` (layout 1), and
@@ -227,7 +227,7 @@ def lstm(
       activation_alpha: alpha values, consumed in order by the activations that take one.
       activation_beta: beta values, likewise.
       clip: clamp every gate's activation input into ``[-clip, clip]``.
-      backend: "auto", "xla" or "wgsl".
+      backend: "auto", "xla", "wgsl" or "cpu" (see docs/backends.md).
 
     Returns:
       ``(y, y_h, y_c)`` with the shapes of ``gru``'s ``(y, y_h)`` and ``y_c`` like ``y_h``.

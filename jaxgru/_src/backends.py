@@ -2,16 +2,20 @@
 
 ``backend="auto"`` picks ``wgsl`` only when JAX's default device is the CPU and a hardware GPU
 adapter exists (a software adapter such as lavapipe is 20-40x slower than XLA on the same
-CPU); float64 always stays on ``xla``. The environment variable ``JAXGRU_BACKEND`` (``xla`` or
-``wgsl``) replaces the automatic choice; an explicit ``backend=`` argument always wins.
+CPU); otherwise, on the CPU, ``cpu`` (the native FFI kernels, native.py) where the extension is
+built, else ``xla``; float64 always stays on ``xla`` (``backend="cpu"`` with float64 runs the
+``xla`` lowering: the native kernels are float32). The environment variable ``JAXGRU_BACKEND``
+(``xla``, ``wgsl`` or ``cpu``) replaces the automatic choice; an explicit ``backend=`` argument
+always wins.
 
 Two moments decide: at trace time :func:`configure` resolves the call's backend into its
 ``RNNConfig`` (``backend``) and records whether the choice was automatic (``auto``); at lowering
 time :func:`lowered` picks what the lowering emits: an automatic choice lowers as ``xla`` under
 ``jax.export`` (so an exported artifact is the same on every machine), an explicit ``wgsl``
-refuses to be exported. On Linux, ``auto`` asks wgpu for adapters (0.3-0.9 s: it loads the
-Vulkan drivers) only where a GPU device node exists (:func:`gpu_device_node`): without one only
-a software adapter could answer, and ``auto`` would not pick it.
+refuses to be exported, and ``cpu`` exports as ``xla`` (an FFI call is not portable). On
+Linux, ``auto`` asks wgpu for adapters (0.3-0.9 s: it loads the Vulkan drivers) only where a
+GPU device node exists (:func:`gpu_device_node`): without one only a software adapter could
+answer, and ``auto`` would not pick it.
 """
 
 from __future__ import annotations
@@ -80,12 +84,24 @@ def gpu_device_node() -> str | None:
     return None
 
 
+ENV_CHOICES = ("xla", "wgsl", "cpu")
+
+
+def _on_cpu(why: str) -> tuple[str, str]:
+    """The CPU lowering ``auto`` picks when no hardware GPU adapter is: native where built."""
+    from jaxgru._src import native
+
+    if native.available():
+        return "cpu", f"{why}; the native CPU lowering is built"
+    return "xla", f"{why}; the native CPU lowering is not built"
+
+
 def automatic() -> tuple[str, str]:
     """The backend ``"auto"`` resolves to, and why."""
     env = os.environ.get(ENV, "").strip().lower()
     if env:
-        if env not in ("xla", "wgsl"):
-            raise ValueError(f"jaxgru: {ENV} must be 'xla' or 'wgsl'; got {env!r}.")
+        if env not in ENV_CHOICES:
+            raise ValueError(f"jaxgru: {ENV} must be one of {ENV_CHOICES}; got {env!r}.")
         return env, f"{ENV}={env}"
     platform = jax.default_backend()
     if platform != "cpu":
@@ -93,15 +109,15 @@ def automatic() -> tuple[str, str]:
     if gpu_device_node() is None:
         # no hardware GPU can be reached: only a software adapter could exist, which auto never
         # picks, so skip the adapter probe (it loads every Vulkan/GL driver: 0.3-0.9 s)
-        return "xla", ("no GPU device node (" + ", ".join(GPU_DEVICE_NODES[:5]) + ", ...): "
+        return _on_cpu("no GPU device node (" + ", ".join(GPU_DEVICE_NODES[:5]) + ", ...): "
                        "only a software WebGPU adapter could exist here")
     status = adapter_status()
     if not status["available"]:
-        return "xla", "no WebGPU adapter found"
+        return _on_cpu("no WebGPU adapter found")
     adapter = status["adapter"]
     name = f"{adapter['name']} ({adapter['adapter_type']}, {adapter['backend_type']})"
     if adapter["adapter_type"] not in HARDWARE_ADAPTERS:
-        return "xla", f"the WebGPU adapter {name} is not a hardware GPU: XLA on the CPU is faster"
+        return _on_cpu(f"the WebGPU adapter {name} is not a hardware GPU")
     return "wgsl", f"JAX runs on the CPU and {name} is a hardware GPU"
 
 
@@ -109,22 +125,27 @@ def resolve(backend: str, fname: str, dtype: DTypeLike = np.float32) -> str:
     """Resolve "auto" and check that the chosen backend can run this call.
 
     Args:
-      backend: "auto", "xla" or "wgsl" (already validated).
+      backend: "auto", "xla", "wgsl" or "cpu" (already validated).
       fname: the public function name, for messages.
       dtype: the call's storage dtype.
 
     Returns:
-      "xla" or "wgsl".
+      "xla", "wgsl" or "cpu" (float64 on "cpu" resolves to "xla": the native kernels are float32).
 
     Raises:
       NotImplementedError: float64 on wgsl.
       WGPUUnavailableError: wgsl without a usable adapter (the message says how to get one).
+      NativeUnavailableError: cpu without the native extension built.
     """
     f64 = np.dtype(dtype) == np.float64
     if backend == "auto":
         backend = automatic()[0]
         if f64:
             return "xla"
+    if backend == "cpu":
+        if f64:
+            return "xla"
+        require_native(fname)
     if backend == "wgsl":
         if f64:
             raise NotImplementedError(
@@ -141,6 +162,20 @@ def require_adapter(fname: str) -> None:
         from jaxgru._src.webgpu.runtime import WGPUUnavailableError
 
         raise WGPUUnavailableError(f"{fname}, backend='wgsl': {status['reason']}")
+
+
+class NativeUnavailableError(RuntimeError):
+    """``backend="cpu"`` where jaxgru's native CPU extension is not built."""
+
+
+def require_native(fname: str) -> None:
+    """Raise ``NativeUnavailableError`` unless the native CPU lowering is built."""
+    from jaxgru._src import native
+
+    if not native.available():
+        raise NativeUnavailableError(
+            f"{fname}, backend='cpu': {native.status()['reason']}. Use backend='xla' or 'auto'."
+        )
 
 
 def configure(cfg: RNNConfig, fname: str, dtype: DTypeLike) -> RNNConfig:
@@ -168,11 +203,14 @@ def lowered(cfg: RNNConfig, for_export: bool) -> str:
     Raises:
       NotImplementedError: an explicit ``backend="wgsl"`` under ``jax.export``.
       WGPUUnavailableError: ``auto`` resolved to wgsl (``JAXGRU_BACKEND=wgsl``) and no adapter.
+      NativeUnavailableError: ``auto`` resolved to cpu (``JAXGRU_BACKEND=cpu``) and it is not built.
     """
     fname = f"jaxgru.{cfg.cell}"
     if for_export:
-        if cfg.auto:
-            return "xla"  # portable: the same artifact whatever this machine would pick
+        if cfg.auto or cfg.backend == "cpu":
+            # portable: the same artifact whatever this machine would pick (the native CPU
+            # lowering's FFI call has no compatibility guarantee: it exports as its reference)
+            return "xla"
         if cfg.backend == "wgsl":
             raise NotImplementedError(
                 f"{fname}: backend='wgsl' cannot be exported: jax.export cannot serialise its host "
@@ -181,6 +219,8 @@ def lowered(cfg: RNNConfig, for_export: bool) -> str:
             )
     elif cfg.auto and cfg.backend == "wgsl":
         require_adapter(fname)
+    elif cfg.auto and cfg.backend == "cpu":
+        require_native(fname)
     return cfg.backend
 
 
@@ -189,16 +229,18 @@ def backend_info() -> dict:
 
     Returns:
       A dict with ``jax_default_backend``, ``jax_devices``, ``adapters`` (every WebGPU adapter:
-      name, adapter_type, backend_type, vendor, features, limits, selected), ``auto`` (the
-      automatic choice), ``reason`` and the relevant environment variables.
+      name, adapter_type, backend_type, vendor, features, limits, selected), ``cpu_native`` (the
+      native CPU lowering: available, isa, module, reason), ``auto`` (the automatic choice),
+      ``reason`` and the relevant environment variables.
 
     Example:
       >>> import jaxgru
       >>> info = jaxgru.backend_info()
-      >>> info["auto"] in ("xla", "wgsl")
+      >>> info["auto"] in ("xla", "wgsl", "cpu")
       True
     """
     _quiet_mesa()
+    from jaxgru._src import native
     from jaxgru._src.webgpu import runtime
 
     choice, reason = automatic()
@@ -206,7 +248,8 @@ def backend_info() -> dict:
         "jax_default_backend": jax.default_backend(),
         "jax_devices": [str(d) for d in jax.devices()],
         "adapters": runtime.adapters_info(),
+        "cpu_native": native.status(),
         "auto": choice,
         "reason": reason,
-        "env": {k: os.environ.get(k) for k in (ENV, runtime.ADAPTER_ENV)},
+        "env": {k: os.environ.get(k) for k in (ENV, runtime.ADAPTER_ENV, native.ISA_ENV, native.THREADS_ENV)},
     }

@@ -1,5 +1,6 @@
 """Lowerings of the primitives: the ``lax.scan`` reference (``xla``) for every primitive, and the
-host callback into the WGSL kernels (``wgsl``) for the forward and the tangent map.
+host callback into the WGSL kernels (``wgsl``) for the forward and the tangent map, and on the ``cpu``
+platform the native FFI kernels (``cpu``, native.py) for the forward and the backward's recurrence.
 
 The ensemble axis (``ensemble > 0``: every operand and output has a leading axis of that size)
 runs the reference one member at a time under ``jax.vmap``.
@@ -112,7 +113,7 @@ def for_export(ctx: Any) -> bool:
 
 def forward_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int, residuals: bool) -> Any:
     backend = backends.lowered(cfg, for_export(ctx))
-    if backend == "xla":
+    if backend in ("xla", "cpu"):  # cpu: here on another platform, or partitioned (see below)
         fn = reference_forward(cfg, ensemble, residuals)
     elif backend == "wgsl":
         from jaxgru._src.webgpu import callback  # imports wgpu: only when used
@@ -122,6 +123,39 @@ def forward_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int, residua
         raise NotImplementedError(f"jaxgru: no lowering for backend {backend!r}.")
     fn = _follow_x(cfg, ensemble, _operand_kinds(cfg, "forward"), fn)
     return mlir.lower_fun(fn, multiple_results=True)(ctx, *ops)
+
+
+def _partitioned(ctx: Any) -> bool:
+    """Whether the module is partitioned over several devices (jit with sharded operands, outside
+    shard_map's manual axes). The native FFI call has no partitioning rule (XLA would gather its
+    operands onto one device), so such calls keep the reference lowering; inside ``shard_map``
+    (every mesh axis manual) each device runs the FFI call on its own shard."""
+    axis_ctx = ctx.module_context.axis_context
+    mesh, manual = getattr(axis_ctx, "mesh", None), getattr(axis_ctx, "manual_axes", None)
+    if mesh is not None and manual is not None:  # shard_map / GSPMD with a mesh
+        return mesh.size > 1 and set(manual) != set(mesh.axis_names)
+    return int(getattr(axis_ctx, "num_devices", 1) or 1) > 1  # jit over several devices
+
+
+def cpu_forward_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int, residuals: bool) -> Any:
+    """The forward on the ``cpu`` platform: the native FFI kernels for ``backend="cpu"``
+    (native.py), otherwise the same as on every platform (:func:`forward_lowering`). A projected
+    LSTM has no native kernel yet: it runs the reference."""
+    if backends.lowered(cfg, for_export(ctx)) == "cpu" and not _partitioned(ctx) and not cfg.proj:
+        from jaxgru._src import native
+
+        return mlir.lower_fun(native.make_forward(cfg, ensemble, residuals), multiple_results=True)(ctx, *ops)
+    return forward_lowering(ctx, *ops, cfg=cfg, ensemble=ensemble, residuals=residuals)
+
+
+def cpu_backward_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int) -> Any:
+    """The backward on the ``cpu`` platform: its reverse recurrence through the native FFI kernel
+    for ``backend="cpu"`` (native.make_backward), otherwise :func:`backward_lowering`."""
+    if backends.lowered(cfg, for_export(ctx)) == "cpu" and not _partitioned(ctx) and not cfg.proj:
+        from jaxgru._src import native
+
+        return mlir.lower_fun(native.make_backward(cfg, ensemble), multiple_results=True)(ctx, *ops)
+    return backward_lowering(ctx, *ops, cfg=cfg, ensemble=ensemble)
 
 
 def tangent_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int) -> Any:

@@ -24,7 +24,7 @@ from jaxgru._src.activations import Activation
 from jaxgru._src.cells import CELLS, Cell, spec
 
 DIRECTIONS = ("forward", "reverse", "bidirectional")
-BACKENDS = ("auto", "xla", "wgsl")
+BACKENDS = ("auto", "xla", "wgsl", "cpu")
 # Default activations of one direction: GRU (f, g), LSTM (f, g, h); see cells.py.
 DEFAULT_ACTIVATIONS = {c: spec(c).activations for c in CELLS}
 # How an option's value is written as an ONNX attribute (and read back from one).
@@ -141,7 +141,7 @@ OPTIONS: tuple[Option, ...] = (
            onnx_type="floats"),
     Option("clip", None, _clip, "clamp every activation input into [-clip, clip]", onnx="clip",
            onnx_type="float"),
-    Option("backend", "auto", _choice(BACKENDS), '"auto", "xla" or "wgsl"'),
+    Option("backend", "auto", _choice(BACKENDS), '"auto", "xla", "wgsl" or "cpu"'),
 )
 OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
 _BY_NAME = OPTIONS_BY_NAME
@@ -206,7 +206,7 @@ class RNNConfig:
       layout: 0 (time-major) or 1 (batch-major), as the ONNX attribute.
       activations: per direction, the resolved activations (f, g) or (f, g, h).
       clip: clamp of every activation input, or None.
-      backend: the resolved backend, "xla" or "wgsl".
+      backend: the resolved backend, "xla", "wgsl" or "cpu".
       auto: whether ``backend`` was chosen by ``backend="auto"`` (then ``jax.export`` lowers the
         call as ``xla``, whatever this machine chose; see ``backends.lowered``). Not in the repr.
       ragged: whether per-sequence lengths are applied.

@@ -13,7 +13,8 @@ For cell in {gru, lstm}:
 ``ensemble > 0`` means every operand and output has a leading axis of that size (independent
 members, e.g. vmapped weights). Shape rules: shapes.py; lowerings: lowering.py (``xla``: the
 ``lax.scan`` reference everywhere; ``wgsl``: the forward's host callback into the WGSL
-kernels); jvp, transpose and batching: rules.py.
+kernels; ``cpu``: the forward's XLA FFI call into the native kernels, on the cpu platform);
+jvp, transpose and batching: rules.py.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def _register(cell: str) -> rules.Primitives:
 
     p.forward.def_abstract_eval(shapes.forward_abstract)
     mlir.register_lowering(p.forward, lowering.forward_lowering)
+    mlir.register_lowering(p.forward, lowering.cpu_forward_lowering, platform="cpu")  # backend="cpu"
     ad.primitive_jvps[p.forward] = partial(rules.forward_jvp, p)
     batching.fancy_primitive_batchers[p.forward] = partial(rules.batch_rule, p.forward, "forward")
 
@@ -52,6 +54,7 @@ def _register(cell: str) -> rules.Primitives:
 
     p.backward.def_abstract_eval(shapes.backward_abstract)
     mlir.register_lowering(p.backward, lowering.backward_lowering)
+    mlir.register_lowering(p.backward, lowering.cpu_backward_lowering, platform="cpu")  # backend="cpu"
     ad.primitive_jvps[p.backward] = partial(rules.backward_jvp, p)
     batching.fancy_primitive_batchers[p.backward] = partial(rules.batch_rule, p.backward, "backward")
     return p

@@ -15,7 +15,7 @@ nothing else is stored.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 
 import jax.numpy as jnp
@@ -38,6 +38,9 @@ from jaxgru._src.reference.layout import (
 )
 
 _CELLS: dict[str, ModuleType] = {"gru": gru, "lstm": lstm}
+# (prepared operands, per direction the backward's scan inputs, per direction the carry of the
+# last step) -> (per direction the carry before the first step, per direction the emissions)
+Recurrence = Callable[[Prepared, list, tuple], tuple[tuple, tuple]]
 
 
 def _finals(cfg: RNNConfig, last: Sequence[tuple[Array, ...]], k: int, orient: Orient | None = None) -> Array:
@@ -136,9 +139,12 @@ def tangent(cfg: RNNConfig, primals: Sequence[Array], y: Array, res: Array, tang
     return tuple(o.astype(primals[0].dtype) for o in outs)
 
 
-def backward(cfg: RNNConfig, primals: Sequence[Array], y: Array, res: Array, cotangents: Sequence[Array]
-             ) -> tuple[Array, ...]:
+def backward(cfg: RNNConfig, primals: Sequence[Array], y: Array, res: Array, cotangents: Sequence[Array],
+             recurrence: Recurrence | None = None) -> tuple[Array, ...]:
     """Reverse-mode derivative: cotangents of the floating operands from those of the outputs.
+
+    ``recurrence`` replaces the reverse ``lax.scan`` (the native CPU lowering's kernel); the
+    weight gradients after it are the same GEMMs over all steps either way.
 
     Returns:
       Cotangents of every operand but ``sequence_lens``, in operand order.
@@ -164,7 +170,10 @@ def backward(cfg: RNNConfig, primals: Sequence[Array], y: Array, res: Array, cot
         return tuple(new), tuple(emits)
 
     carry0 = tuple(tuple(s[d] for s in g_states) for d in pr.dirs)
-    first, emits = lax.scan(step, carry0, (tuple(per_dir), tm.mask), reverse=True, unroll=pr.unroll)
+    if recurrence is None:
+        first, emits = lax.scan(step, carry0, (tuple(per_dir), tm.mask), reverse=True, unroll=pr.unroll)
+    else:
+        first, emits = recurrence(pr, per_dir, carry0)
 
     g_xs, grads = [], {"w": []}
     for d in pr.dirs:

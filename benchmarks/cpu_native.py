@@ -1,0 +1,105 @@
+"""The native CPU lowering (``backend="cpu"``) against onnxruntime, PyTorch and jaxgru's own
+``xla`` lowering: forward and training step, interleaved rounds, medians.
+
+    python benchmarks/cpu_native.py [--repeats 15] [--only gru] [--cpu-time]
+
+The forward shapes are the ones of the design note (shared/design/cpu-native.md); the training
+shapes are benchmarks/train_step.py's. Writes benchmarks/results/cpu_native.json and prints the
+tables docs/performance.md quotes (ratios to the best of onnxruntime / PyTorch).
+
+``--cpu-time`` runs every peer on one thread and times process CPU seconds instead of wall time:
+on a machine shared with other work, wall time mostly measures the waits for a core; CPU time
+measures the work (it also counts XLA's and the peers' own spinning threads, if any).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from _timing import interleaved_medians, save
+from cases import Case
+from peers import JaxgruPeer, OnnxRuntimePeer, TorchPeer, Unsupported, make_data
+
+FORWARD = [Case("gru", "forward", 128, 1, 256, 256), Case("gru", "forward", 128, 16, 256, 256),
+           Case("gru", "forward", 128, 64, 256, 256), Case("gru", "forward", 64, 64, 512, 512),
+           Case("lstm", "forward", 128, 1, 256, 256), Case("lstm", "forward", 128, 32, 256, 256),
+           Case("lstm", "forward", 100, 8, 128, 128, bidirectional=True),
+           Case("gru", "forward", 100, 16, 128, 128, ragged=True)]
+TRAIN = [Case("gru", "train", 100, 16, 128, 128), Case("lstm", "train", 100, 16, 128, 128),
+         Case("gru", "train", 50, 64, 256, 256), Case("lstm", "train", 50, 64, 256, 256)]
+PEERS = ("jaxgru-cpu", "jaxgru-xla", "onnxruntime", "torch")
+
+
+def geo(values):
+    values = [v for v in values if v]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def cpu_time_medians(fns, repeats):
+    """Interleaved rounds like _timing.interleaved_medians, timing process CPU seconds."""
+    times = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t = time.process_time()
+            fn()
+            times[k].append(time.process_time() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def run(cases, repeats, cpu_time=False):
+    rows = []
+    for case in cases:
+        data = make_data(case)
+        fns = {}
+        for peer in (JaxgruPeer("cpu"), JaxgruPeer("xla"), OnnxRuntimePeer(), TorchPeer("cpu")):
+            try:
+                fn = peer.build(case, data)
+                fn()
+                fns[peer.name] = fn
+            except Unsupported:
+                pass
+        med = cpu_time_medians(fns, repeats) if cpu_time else interleaved_medians(fns, repeats)
+        best = min(v for k, v in med.items() if k in ("onnxruntime", "torch"))
+        row = {"case": case.name, "median_ms": {k: v * 1e3 for k, v in med.items()},
+               "cpu_vs_best": med["jaxgru-cpu"] / best, "xla_vs_best": med["jaxgru-xla"] / best,
+               "cpu_vs_torch": med["jaxgru-cpu"] / med["torch"] if "torch" in med else None}
+        rows.append(row)
+        cells = " | ".join(f"{row['median_ms'].get(p, float('nan')):.2f}" for p in PEERS)
+        print(f"| {case.name} | {cells} | {row['cpu_vs_best']:.2f} | {row['xla_vs_best']:.2f} |", flush=True)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--only", default="", help="cases whose name contains this text")
+    ap.add_argument("--cpu-time", action="store_true", help="one thread per peer, process CPU time")
+    args = ap.parse_args(argv)
+    if args.cpu_time:
+        import peers
+
+        os.environ["JAXGRU_CPU_THREADS"] = "1"
+        peers.THREADS = 1
+    print("| case | " + " | ".join(f"{p} ms" for p in PEERS) + " | cpu vs best | xla vs best |")
+    print("|---" * (len(PEERS) + 3) + "|")
+    fwd = run([c for c in FORWARD if args.only in c.name], args.repeats, args.cpu_time)
+    train = run([c for c in TRAIN if args.only in c.name], args.repeats, args.cpu_time)
+    summary = {"forward_cpu_geomean_vs_best": geo([r["cpu_vs_best"] for r in fwd]),
+               "forward_cpu_worst_vs_best": max((r["cpu_vs_best"] for r in fwd), default=None),
+               "train_cpu_geomean_vs_torch": geo([r["cpu_vs_torch"] for r in train])}
+    print(summary)
+    save("cpu_native_cputime" if args.cpu_time else "cpu_native",
+         {"forward": fwd, "train": train, "summary": summary, "timing": "cpu" if args.cpu_time else "wall"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,578 @@
+// jaxgru's native CPU lowering: one XLA FFI call per GRU/LSTM layer (forward).
+//
+// A call runs as phases per direction (layer.h: pack the weights into panels, project a chunk
+// of steps' inputs, then the steps of the chunk), each phase a set of independent units. The
+// caller's thread and up to T-1 tasks on XLA's intra-op thread pool work through the phases:
+// each first claims units from its own range (the hidden units whose panels it packed, so they
+// stay in its cache), then steals from the others, then waits for the phase to finish. Nobody
+// waits for a particular thread, so a task that starts late (a busy pool, another process on the
+// core) only means the others do its share; the two directions of a bidirectional layer start
+// on different threads. All state of a call is on the heap and owned by that call.
+#include <Python.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define JAXGRU_PAUSE() _mm_pause()
+#else
+#define JAXGRU_PAUSE() ((void)0)
+#endif
+
+#include "layer.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace jaxgru_cpu {
+namespace {
+
+constexpr int kMaxRanges = 16;  // owners per direction (threads beyond that only steal)
+
+// The best kernels this CPU runs, at most `want` (0 best, 1 avx512, 2 avx2, 3 generic).
+const Kernels& select_kernels(int want) {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(JAXGRU_HAVE_X86_KERNELS)
+  if (want <= 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("fma"))
+    return kernels_avx512();
+  if (want <= 2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return kernels_avx2();
+#endif
+  (void)want;
+  return kernels_generic();
+}
+
+struct alignas(64) PhaseSync {
+  std::atomic<int64_t> next[kMaxRanges];
+  alignas(64) std::atomic<int64_t> done;
+};
+
+struct Phase {
+  int kind;
+  int64_t arg;
+  int64_t nrt;    // row tiles per block
+  int rows;       // rows per tile
+  int64_t units;  // nb * nrt
+};
+
+struct Call {
+  Layer ly;
+  const Kernels* k = nullptr;
+  std::vector<Phase> phases[2];
+  std::unique_ptr<PhaseSync[]> sync[2];
+  int ranges[2] = {1, 1};
+  std::vector<float, std::allocator<float>> scratch;
+  std::atomic<bool> finished{false};
+  std::atomic<int> active{0};
+};
+
+// Units of range q (of `ranges`) of a phase: the blocks [q*nb/ranges, (q+1)*nb/ranges).
+inline void range_of(const Call& c, const Phase& ph, int ranges, int q, int64_t* lo, int64_t* hi) {
+  const int64_t nb = c.ly.nb;
+  *lo = (q * nb / ranges) * ph.nrt;
+  *hi = ((q + 1) * nb / ranges) * ph.nrt;
+}
+
+inline void wait_done(const std::atomic<int64_t>& done, int64_t units) {
+  for (int spin = 0; done.load(std::memory_order_acquire) < units; ++spin) {
+    if (spin < 4000) JAXGRU_PAUSE(); else std::this_thread::yield();
+  }
+}
+
+// Work through every phase of direction d; `own` is this worker's range (-1: none).
+void work_direction(Call& c, int d, int own) {
+  const int ranges = c.ranges[d];
+  for (size_t p = 0; p < c.phases[d].size(); ++p) {
+    const Phase& ph = c.phases[d][p];
+    PhaseSync& s = c.sync[d][p];
+    if (s.done.load(std::memory_order_acquire) >= ph.units) continue;
+    const int first = own < 0 ? 0 : own;
+    for (int i = 0; i < ranges; ++i) {
+      const int q = (first + i) % ranges;
+      int64_t lo, hi;
+      range_of(c, ph, ranges, q, &lo, &hi);
+      for (;;) {
+        int64_t u = lo + s.next[q].fetch_add(1, std::memory_order_relaxed);
+        if (u >= hi) break;
+        c.k->run(c.ly, d, ph.kind, ph.arg, u, ph.rows);
+        s.done.fetch_add(1, std::memory_order_release);
+      }
+    }
+    wait_done(s.done, ph.units);
+  }
+}
+
+void worker(Call& c, int index, int threads) {
+  const int D = static_cast<int>(c.ly.D);
+  const int d0 = index % D;  // directions alternate over the workers
+  const int local = index / D;
+  const int own = local < c.ranges[d0] ? local : -1;
+  work_direction(c, d0, own);
+  for (int i = 1; i < D; ++i) work_direction(c, (d0 + i) % D, -1);  // help the other one
+  (void)threads;
+}
+
+// Scratch of one direction: sets its pointers from `base` (nullptr: only counts) and returns
+// its size in floats. Every buffer starts on a 64-byte boundary.
+int64_t layout_dir(Layer& ly, Dir& dr, float* base) {
+  int64_t used = 0;
+  auto take = [&](int64_t n) -> float* {
+    float* out = base ? base + used : nullptr;
+    used += (n + 15) / 16 * 16;
+    return out;
+  };
+  const int64_t G = ly.G, Hp = ly.Hp, nb = ly.nb, N = ly.N;
+  const bool gru0 = ly.cell == 0 && !ly.lbr;
+  dr.peep = take(3 * Hp);
+  if (ly.backward) {
+    dr.rtpanel = take(nb * G * ly.H * kBlock);
+    dr.dh[0] = take(N * Hp);
+    dr.dh[1] = take(N * Hp);
+    dr.dc = take(N * Hp);
+    dr.ghz = take(N * Hp);
+    dr.dah = gru0 ? take(N * Hp) : nullptr;
+    return used;
+  }
+  dr.wpanel = take(nb * ly.I * G * kBlock);
+  dr.rpanel = take(nb * ly.H * (gru0 ? 2 : G) * kBlock);
+  dr.rhpanel = gru0 ? take(nb * ly.H * kBlock) : nullptr;
+  dr.bx = take(G * Hp);
+  dr.bh = take(Hp);
+  dr.proj = take(ly.chunk * N * nb * G * kBlock);
+  dr.h[0] = take(N * Hp);
+  dr.h[1] = take(N * Hp);
+  dr.c = take(N * Hp);
+  dr.z = gru0 ? take(N * Hp) : nullptr;
+  dr.rh = gru0 ? take(N * Hp) : nullptr;
+  return used;
+}
+
+void init_peepholes(Layer& ly, int d) {
+  Dir& dr = ly.dir[d];
+  std::fill(dr.peep, dr.peep + 3 * ly.Hp, 0.f);
+  if (ly.cell == 1 && ly.peepholes)
+    for (int64_t g = 0; g < 3; ++g)
+      for (int64_t u = 0; u < ly.H; ++u) dr.peep[g * ly.Hp + u] = ly.p[d * 3 * ly.H + g * ly.H + u];
+}
+
+// Backward: the cotangents of the last states into the double buffers, the rest zero.
+void init_dir_backward(Layer& ly, int d) {
+  Dir& dr = ly.dir[d];
+  const int64_t H = ly.H, Hp = ly.Hp, N = ly.N;
+  init_peepholes(ly, d);
+  for (float* b : {dr.dh[0], dr.dh[1], dr.dc, dr.ghz}) std::fill(b, b + N * Hp, 0.f);
+  if (dr.dah) std::fill(dr.dah, dr.dah + N * Hp, 0.f);
+  for (int64_t n = 0; n < N; ++n) {
+    std::memcpy(dr.dh[0] + n * Hp, ly.dhT + (d * N + n) * H, H * sizeof(float));
+    if (ly.cell == 1) std::memcpy(dr.dc + n * Hp, ly.dcT + (d * N + n) * H, H * sizeof(float));
+  }
+}
+
+void init_dir(Layer& ly, int d) {
+  Dir& dr = ly.dir[d];
+  const int64_t G = ly.G, H = ly.H, Hp = ly.Hp, N = ly.N;
+  std::fill(dr.bx, dr.bx + G * Hp, 0.f);
+  std::fill(dr.bh, dr.bh + Hp, 0.f);
+  init_peepholes(ly, d);
+  const float* b = ly.b + d * 2 * G * H;  // [Wb (G*H), Rb (G*H)]
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t u = 0; u < H; ++u) {
+      const bool apart = ly.cell == 0 && ly.lbr && g == 2;  // r * (H.Rh^T + Rbh)
+      dr.bx[g * Hp + u] = b[g * H + u] + (apart ? 0.f : b[G * H + g * H + u]);
+      if (apart) dr.bh[u] = b[G * H + g * H + u];
+    }
+  for (int s = 0; s < 2; ++s) std::fill(dr.h[s], dr.h[s] + N * Hp, 0.f);
+  std::fill(dr.c, dr.c + N * Hp, 0.f);
+  for (int64_t n = 0; n < N; ++n) {
+    std::memcpy(dr.h[0] + n * Hp, ly.h0 + (d * N + n) * H, H * sizeof(float));
+    if (ly.cell == 1) std::memcpy(dr.c + n * Hp, ly.c0 + (d * N + n) * H, H * sizeof(float));
+  }
+  if (dr.z) std::fill(dr.z, dr.z + N * Hp, 0.f);
+  if (dr.rh) std::fill(dr.rh, dr.rh + N * Hp, 0.f);
+}
+
+void finish_plan(Call& c, int d);
+
+void plan_phases(Call& c, int d) {
+  const Layer& ly = c.ly;
+  std::vector<Phase>& ph = c.phases[d];
+  const int cell = ly.cell;
+  const int rs = c.k->rows_step[cell][0], rb = c.k->rows_step[cell][1];
+  auto add = [&](int kind, int64_t arg, int64_t rows_total, int rows) {
+    int64_t nrt = std::max<int64_t>(1, (rows_total + rows - 1) / rows);
+    ph.push_back(Phase{kind, arg, nrt, rows, ly.nb * nrt});
+  };
+  add(kPack, 0, 1, 1);
+  const int64_t chunks = (ly.L + ly.chunk - 1) / ly.chunk;
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int64_t t0 = ch * ly.chunk, t1 = std::min(ly.L, t0 + ly.chunk);
+    add(kProject, ch, (t1 - t0) * ly.N, c.k->rows_proj);
+    for (int64_t t = t0; t < t1; ++t) {
+      add(kStep, t, ly.N, rs);
+      if (cell == 0 && !ly.lbr) add(kStepB, t, ly.N, rb);
+    }
+  }
+  finish_plan(c, d);
+}
+
+void plan_backward(Call& c, int d) {
+  const Layer& ly = c.ly;
+  std::vector<Phase>& ph = c.phases[d];
+  const int rows = c.k->rows_bwd;
+  auto add = [&](int kind, int64_t arg, int64_t rows_total, int r) {
+    int64_t nrt = std::max<int64_t>(1, (rows_total + r - 1) / r);
+    ph.push_back(Phase{kind, arg, nrt, r, ly.nb * nrt});
+  };
+  add(kBwdPack, 0, 1, 1);
+  for (int64_t t = ly.L - 1; t >= 0; --t) {
+    add(kBwdElem, t, ly.N, rows);
+    if (ly.cell == 0 && !ly.lbr) add(kBwdRh, t, ly.N, rows);
+    add(kBwdMat, t, ly.N, rows);
+  }
+  finish_plan(c, d);
+}
+
+void finish_plan(Call& c, int d) {
+  std::vector<Phase>& ph = c.phases[d];
+  c.sync[d].reset(new PhaseSync[ph.size()]);
+  for (size_t i = 0; i < ph.size(); ++i) {
+    for (auto& a : c.sync[d][i].next) a.store(0, std::memory_order_relaxed);
+    c.sync[d][i].done.store(0, std::memory_order_relaxed);
+  }
+}
+
+struct Attrs {
+  int32_t cell, lbr, input_forget, peepholes, ragged, direction, residuals, threads, isa;
+  float clip;
+  int32_t act[6];
+  float alpha[6], beta[6];
+};
+
+// What every call shares: sizes, flags, activations, the kernels. False: bad shapes.
+bool configure(Call& c, const Attrs& at, int64_t L, int64_t N, int64_t I, ffi::Span<const int64_t> rd) {
+  Layer& ly = c.ly;
+  if (rd.size() != 3) return false;
+  ly.cell = at.cell;
+  ly.G = at.cell == 0 ? 3 : 4;
+  ly.L = L; ly.N = N; ly.I = I;
+  ly.D = rd[0]; ly.H = rd[2];
+  if (rd[1] != ly.G * ly.H || ly.D < 1 || ly.D > 2) return false;
+  ly.Hp = (ly.H + kBlock - 1) / kBlock * kBlock;
+  ly.nb = ly.Hp / kBlock;
+  ly.lbr = at.lbr; ly.input_forget = at.input_forget; ly.peepholes = at.peepholes; ly.ragged = at.ragged;
+  ly.clip = at.clip;
+  ly.K = at.cell == 0 ? (at.lbr ? 4 : 3) : 5;
+  const int per_dir = at.cell == 0 ? 2 : 3;
+  for (int d = 0; d < ly.D; ++d) {
+    ly.dir[d].reversed = at.direction == 1 || (at.direction == 2 && d == 1);
+    for (int i = 0; i < per_dir; ++i) {
+      const int k = d * per_dir + i;
+      ly.dir[d].act[i] = Activation{at.act[k], at.alpha[k], at.beta[k]};
+    }
+  }
+  c.k = &select_kernels(at.isa);
+  // input-projection chunks of about 1 MiB of projections (at least one step): W's panels are
+  // read once per chunk, so a chunk of one step at a large batch would re-read them every step
+  const int64_t step_bytes = ly.N * ly.Hp * ly.G * 4;
+  ly.chunk = std::max<int64_t>(1, std::min<int64_t>(std::max<int64_t>(1, ly.L),
+                                                    (1 << 20) / std::max<int64_t>(1, step_bytes)));
+  return true;
+}
+
+// Allocate the scratch (one block for every direction), initialise it and plan the phases.
+void prepare(Call& c) {
+  Layer& ly = c.ly;
+  int64_t total = 0;
+  Layer probe = ly;
+  for (int d = 0; d < ly.D; ++d) total += layout_dir(probe, probe.dir[d], nullptr);
+  c.scratch.resize(total + 16);
+  float* base = c.scratch.data();
+  base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t(63));
+  for (int d = 0; d < ly.D; ++d) {
+    base += layout_dir(ly, ly.dir[d], base);
+    if (ly.backward) {
+      init_dir_backward(ly, d);
+      plan_backward(c, d);
+    } else {
+      init_dir(ly, d);
+      plan_phases(c, d);
+    }
+  }
+}
+
+// Run every phase: the caller's thread and up to T-1 tasks on XLA's intra-op pool.
+void execute(const std::shared_ptr<Call>& call, ffi::ThreadPool& pool, int64_t cap) {
+  Call& c = *call;
+  const Layer& ly = c.ly;
+  // threads: XLA's intra-op pool size (or the caller's cap), fewer where a step is too small
+  // to share: a step ends when its last unit is done, and a thread that loses its core while
+  // holding a unit stalls the step for all (measured on a loaded 2-core machine: 2 threads at
+  // batch 1 ran 1.4-5x slower than 1). Keep >= ~1 MFLOP (~10 us) per thread and step.
+  // JAXGRU_CPU_THREADS (`cap`) asks for that many, at most one per block of 16 units.
+  const int64_t avail = std::max<int64_t>(1, pool.num_threads());
+  const int64_t step_flops = 2 * ly.N * ly.G * ly.H * ly.H * ly.D;
+  int64_t threads = cap > 0 ? cap : std::min<int64_t>(avail, std::max<int64_t>(1, step_flops / 1000000));
+  if (cap <= 0 && ly.D == 2 && threads == 1 && avail >= 2 && step_flops >= 50000) threads = 2;  // a direction each
+  threads = std::min<int64_t>({threads, ly.nb * ly.D, 2 * kMaxRanges});
+  for (int d = 0; d < ly.D; ++d) {
+    int64_t mine = (threads + (ly.D - 1 - d)) / ly.D;  // workers d, d+D, ...
+    c.ranges[d] = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({mine, kMaxRanges, ly.nb})));
+  }
+  const int T = static_cast<int>(threads);
+  for (int i = 1; i < T; ++i) {
+    pool.Schedule([call, i, T]() {
+      Call& cc = *call;
+      cc.active.fetch_add(1);
+      if (!cc.finished.load()) worker(cc, i, T);
+      cc.active.fetch_sub(1);
+    });
+  }
+  worker(c, 0, T);
+  c.finished.store(true);  // a task that starts from now on does nothing
+  while (c.active.load() != 0) std::this_thread::yield();
+}
+
+ffi::Error run_layer(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32> x,
+                     ffi::Buffer<ffi::F32> w, ffi::Buffer<ffi::F32> r, ffi::Buffer<ffi::F32> b,
+                     const float* p, ffi::Buffer<ffi::F32> h0, const float* c0,
+                     ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> y,
+                     ffi::ResultBuffer<ffi::F32> yh, float* yc, ffi::ResultBuffer<ffi::F32> res) {
+  auto call = std::make_shared<Call>();
+  Call& c = *call;
+  Layer& ly = c.ly;
+  auto xd = x.dimensions();
+  if (xd.size() != 3 || !configure(c, at, xd[0], xd[1], xd[2], r.dimensions()))
+    return ffi::Error::InvalidArgument("jaxgru_cpu: operands of unexpected shapes");
+  if (!at.residuals) ly.K = 0;
+  ly.x = x.typed_data(); ly.w = w.typed_data(); ly.r = r.typed_data(); ly.b = b.typed_data();
+  ly.p = p; ly.h0 = h0.typed_data(); ly.c0 = c0; ly.lens = lens.typed_data();
+  ly.y = y->typed_data(); ly.yh = yh->typed_data(); ly.yc = yc; ly.res = at.residuals ? res->typed_data() : nullptr;
+  if (ly.L == 0 || ly.N == 0) {  // nothing to run: the final states are the initial ones
+    std::memcpy(ly.yh, ly.h0, sizeof(float) * ly.D * ly.N * ly.H);
+    if (ly.yc) std::memcpy(ly.yc, ly.c0, sizeof(float) * ly.D * ly.N * ly.H);
+    return ffi::Error::Success();
+  }
+  prepare(c);
+  execute(call, pool, at.threads);
+  // final states: the state after each row's last valid step (held through the padding)
+  for (int d = 0; d < ly.D; ++d) {
+    const float* hf = ly.dir[d].h[ly.L & 1];
+    for (int64_t n = 0; n < ly.N; ++n) {
+      std::memcpy(ly.yh + (d * ly.N + n) * ly.H, hf + n * ly.Hp, ly.H * sizeof(float));
+      if (ly.yc) std::memcpy(ly.yc + (d * ly.N + n) * ly.H, ly.dir[d].c + n * ly.Hp, ly.H * sizeof(float));
+    }
+  }
+  return ffi::Error::Success();
+}
+
+// The backward's reverse recurrence (the serial part; the weight gradients are GEMMs over all
+// steps that XLA does after it, native.py). Operands in processing order, [D][L][N][.].
+ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32> gy,
+                        ffi::Buffer<ffi::F32> res, ffi::Buffer<ffi::F32> hp, const float* cp,
+                        ffi::Buffer<ffi::F32> r, const float* p, ffi::Buffer<ffi::F32> dhT,
+                        const float* dcT, ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> dgx,
+                        float* dgh, ffi::ResultBuffer<ffi::F32> dh0, float* dc0) {
+  auto call = std::make_shared<Call>();
+  Call& c = *call;
+  Layer& ly = c.ly;
+  ly.backward = true;
+  auto gd = gy.dimensions();  // [D, L, N, H]
+  if (gd.size() != 4 || !configure(c, at, gd[1], gd[2], 0, r.dimensions()))
+    return ffi::Error::InvalidArgument("jaxgru_cpu: operands of unexpected shapes");
+  ly.r = r.typed_data(); ly.p = p; ly.lens = lens.typed_data();
+  ly.gy = gy.typed_data(); ly.res = const_cast<float*>(res.typed_data()); ly.hp = hp.typed_data();
+  ly.cp = cp; ly.dhT = dhT.typed_data(); ly.dcT = dcT;
+  ly.dgx = dgx->typed_data(); ly.dgh = dgh; ly.dh0 = dh0->typed_data(); ly.dc0 = dc0;
+  if (ly.L == 0 || ly.N == 0) {
+    std::memcpy(ly.dh0, ly.dhT, sizeof(float) * ly.D * ly.N * ly.H);
+    if (ly.dc0) std::memcpy(ly.dc0, ly.dcT, sizeof(float) * ly.D * ly.N * ly.H);
+    return ffi::Error::Success();
+  }
+  prepare(c);
+  execute(call, pool, at.threads);
+  for (int d = 0; d < ly.D; ++d) {
+    const float* dhf = ly.dir[d].dh[ly.L & 1];
+    for (int64_t n = 0; n < ly.N; ++n) {
+      std::memcpy(ly.dh0 + (d * ly.N + n) * ly.H, dhf + n * ly.Hp, ly.H * sizeof(float));
+      if (ly.dc0) std::memcpy(ly.dc0 + (d * ly.N + n) * ly.H, ly.dir[d].dc + n * ly.Hp, ly.H * sizeof(float));
+    }
+  }
+  return ffi::Error::Success();
+}
+
+#define JAXGRU_ATTRS(B)                                                                              \
+  B.Attr<int32_t>("lbr").Attr<int32_t>("input_forget").Attr<int32_t>("peepholes").Attr<int32_t>("ragged") \
+      .Attr<int32_t>("direction").Attr<int32_t>("residuals").Attr<int32_t>("threads").Attr<int32_t>("isa")  \
+      .Attr<float>("clip")                                                                           \
+      .Attr<int32_t>("act0").Attr<int32_t>("act1").Attr<int32_t>("act2").Attr<int32_t>("act3")          \
+      .Attr<int32_t>("act4").Attr<int32_t>("act5")                                                   \
+      .Attr<float>("alpha0").Attr<float>("alpha1").Attr<float>("alpha2").Attr<float>("alpha3")          \
+      .Attr<float>("alpha4").Attr<float>("alpha5")                                                   \
+      .Attr<float>("beta0").Attr<float>("beta1").Attr<float>("beta2").Attr<float>("beta3")              \
+      .Attr<float>("beta4").Attr<float>("beta5")
+
+Attrs make_attrs(int32_t cell, int32_t lbr, int32_t input_forget, int32_t peepholes, int32_t ragged,
+                 int32_t direction, int32_t residuals, int32_t threads, int32_t isa, float clip,
+                 int32_t a0, int32_t a1, int32_t a2, int32_t a3, int32_t a4, int32_t a5,
+                 float al0, float al1, float al2, float al3, float al4, float al5,
+                 float be0, float be1, float be2, float be3, float be4, float be5) {
+  return Attrs{cell, lbr, input_forget, peepholes, ragged, direction, residuals, threads, isa, clip,
+               {a0, a1, a2, a3, a4, a5}, {al0, al1, al2, al3, al4, al5}, {be0, be1, be2, be3, be4, be5}};
+}
+
+ffi::Error gru_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
+                    ffi::Buffer<ffi::F32> r, ffi::Buffer<ffi::F32> b, ffi::Buffer<ffi::F32> h0,
+                    ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> y,
+                    ffi::ResultBuffer<ffi::F32> yh, ffi::ResultBuffer<ffi::F32> res,
+                    int32_t lbr, int32_t input_forget, int32_t peepholes, int32_t ragged,
+                    int32_t direction, int32_t residuals, int32_t threads, int32_t isa, float clip,
+                    int32_t a0, int32_t a1, int32_t a2, int32_t a3, int32_t a4, int32_t a5,
+                    float al0, float al1, float al2, float al3, float al4, float al5,
+                    float be0, float be1, float be2, float be3, float be4, float be5) {
+  Attrs at = make_attrs(0, lbr, input_forget, peepholes, ragged, direction, residuals, threads, isa, clip,
+                        a0, a1, a2, a3, a4, a5, al0, al1, al2, al3, al4, al5, be0, be1, be2, be3, be4, be5);
+  return run_layer(pool, at, x, w, r, b, nullptr, h0, nullptr, lens, y, yh, nullptr, res);
+}
+
+ffi::Error lstm_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
+                     ffi::Buffer<ffi::F32> r, ffi::Buffer<ffi::F32> b, ffi::Buffer<ffi::F32> p,
+                     ffi::Buffer<ffi::F32> h0, ffi::Buffer<ffi::F32> c0, ffi::Buffer<ffi::S32> lens,
+                     ffi::ResultBuffer<ffi::F32> y, ffi::ResultBuffer<ffi::F32> yh,
+                     ffi::ResultBuffer<ffi::F32> yc, ffi::ResultBuffer<ffi::F32> res,
+                     int32_t lbr, int32_t input_forget, int32_t peepholes, int32_t ragged,
+                     int32_t direction, int32_t residuals, int32_t threads, int32_t isa, float clip,
+                     int32_t a0, int32_t a1, int32_t a2, int32_t a3, int32_t a4, int32_t a5,
+                     float al0, float al1, float al2, float al3, float al4, float al5,
+                     float be0, float be1, float be2, float be3, float be4, float be5) {
+  Attrs at = make_attrs(1, lbr, input_forget, peepholes, ragged, direction, residuals, threads, isa, clip,
+                        a0, a1, a2, a3, a4, a5, al0, al1, al2, al3, al4, al5, be0, be1, be2, be3, be4, be5);
+  return run_layer(pool, at, x, w, r, b, p.typed_data(), h0, c0.typed_data(), lens, y, yh,
+                   yc->typed_data(), res);
+}
+
+#define JAXGRU_ATTR_ARGS                                                                         \
+  int32_t lbr, int32_t input_forget, int32_t peepholes, int32_t ragged, int32_t direction,        \
+      int32_t residuals, int32_t threads, int32_t isa, float clip, int32_t a0, int32_t a1,         \
+      int32_t a2, int32_t a3, int32_t a4, int32_t a5, float al0, float al1, float al2, float al3,  \
+      float al4, float al5, float be0, float be1, float be2, float be3, float be4, float be5
+#define JAXGRU_ATTR_VALUES(cell)                                                                 \
+  make_attrs(cell, lbr, input_forget, peepholes, ragged, direction, residuals, threads, isa, clip, \
+             a0, a1, a2, a3, a4, a5, al0, al1, al2, al3, al4, al5, be0, be1, be2, be3, be4, be5)
+
+ffi::Error gru_bwd_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> gy, ffi::Buffer<ffi::F32> res,
+                        ffi::Buffer<ffi::F32> hp, ffi::Buffer<ffi::F32> r, ffi::Buffer<ffi::F32> dhT,
+                        ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> dgx,
+                        ffi::ResultBuffer<ffi::F32> dgh, ffi::ResultBuffer<ffi::F32> dh0, JAXGRU_ATTR_ARGS) {
+  Attrs at = JAXGRU_ATTR_VALUES(0);
+  return run_backward(pool, at, gy, res, hp, nullptr, r, nullptr, dhT, nullptr, lens, dgx,
+                      lbr ? dgh->typed_data() : nullptr, dh0, nullptr);
+}
+
+ffi::Error lstm_bwd_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> gy, ffi::Buffer<ffi::F32> res,
+                         ffi::Buffer<ffi::F32> hp, ffi::Buffer<ffi::F32> cp, ffi::Buffer<ffi::F32> r,
+                         ffi::Buffer<ffi::F32> p, ffi::Buffer<ffi::F32> dhT, ffi::Buffer<ffi::F32> dcT,
+                         ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> dgx,
+                         ffi::ResultBuffer<ffi::F32> dh0, ffi::ResultBuffer<ffi::F32> dc0, JAXGRU_ATTR_ARGS) {
+  Attrs at = JAXGRU_ATTR_VALUES(1);
+  return run_backward(pool, at, gy, res, hp, cp.typed_data(), r, p.typed_data(), dhT, dcT.typed_data(),
+                      lens, dgx, nullptr, dh0, dc0->typed_data());
+}
+
+}  // namespace
+}  // namespace jaxgru_cpu
+
+#define JAXGRU_F32 xla::ffi::Buffer<xla::ffi::F32>
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jaxgru_gru_backward, jaxgru_cpu::gru_bwd_impl,
+    JAXGRU_ATTRS(xla::ffi::Ffi::Bind()
+                     .Ctx<xla::ffi::ThreadPool>()
+                     .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
+                     .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jaxgru_lstm_backward, jaxgru_cpu::lstm_bwd_impl,
+    JAXGRU_ATTRS(xla::ffi::Ffi::Bind()
+                     .Ctx<xla::ffi::ThreadPool>()
+                     .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
+                     .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
+                     .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jaxgru_gru_forward, jaxgru_cpu::gru_impl,
+    JAXGRU_ATTRS(xla::ffi::Ffi::Bind()
+                     .Ctx<xla::ffi::ThreadPool>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
+                     .Ret<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Ret<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Ret<xla::ffi::Buffer<xla::ffi::F32>>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jaxgru_lstm_forward, jaxgru_cpu::lstm_impl,
+    JAXGRU_ATTRS(xla::ffi::Ffi::Bind()
+                     .Ctx<xla::ffi::ThreadPool>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
+                     .Ret<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Ret<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Ret<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Ret<xla::ffi::Buffer<xla::ffi::F32>>()));
+
+// ---- the Python module: capsules of the handlers and what this build and CPU can run ----
+namespace {
+
+PyObject* registrations(PyObject*, PyObject*) {
+  PyObject* d = PyDict_New();
+  if (!d) return nullptr;
+  const std::pair<const char*, void*> targets[] = {
+      {"jaxgru_gru_forward", reinterpret_cast<void*>(jaxgru_gru_forward)},
+      {"jaxgru_lstm_forward", reinterpret_cast<void*>(jaxgru_lstm_forward)},
+      {"jaxgru_gru_backward", reinterpret_cast<void*>(jaxgru_gru_backward)},
+      {"jaxgru_lstm_backward", reinterpret_cast<void*>(jaxgru_lstm_backward)},
+  };
+  for (const auto& t : targets) {
+    PyObject* cap = PyCapsule_New(t.second, nullptr, nullptr);
+    if (!cap || PyDict_SetItemString(d, t.first, cap) < 0) {
+      Py_XDECREF(cap);
+      Py_DECREF(d);
+      return nullptr;
+    }
+    Py_DECREF(cap);
+  }
+  return d;
+}
+
+PyObject* isa(PyObject*, PyObject* arg) {
+  long want = PyLong_AsLong(arg);
+  if (want == -1 && PyErr_Occurred()) return nullptr;
+  return PyUnicode_FromString(jaxgru_cpu::select_kernels(static_cast<int>(want)).name);
+}
+
+PyMethodDef methods[] = {
+    {"registrations", registrations, METH_NOARGS, "FFI target name -> PyCapsule of its handler."},
+    {"isa", isa, METH_O, "The kernels used for a requested ISA (0 best, 1 avx512, 2 avx2, 3 generic)."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jaxgru_cpu", "jaxgru's native CPU lowering (XLA FFI).", -1,
+                      methods, nullptr, nullptr, nullptr, nullptr};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__jaxgru_cpu(void) { return PyModule_Create(&module); }

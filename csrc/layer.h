@@ -1,0 +1,100 @@
+// jaxgru native CPU lowering: what one layer call is (shared by the runtime and the per-ISA
+// kernels). Plain data: every pointer is owned by XLA (operands, results) or by the call's
+// scratch (panels, states); nothing here is global, so concurrent calls never share state.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace jaxgru_cpu {
+
+// The 11 ONNX activations, in the order of jaxgru/_src/activations.py (NAMES); the id passed
+// by the Python side is Activation.kind_id. tests/test_cpu_backend.py checks this list against
+// activations.NAMES, so the two cannot drift apart.
+// ACTIVATIONS: Relu Tanh Sigmoid Affine LeakyRelu ThresholdedRelu ScaledTanh HardSigmoid Elu Softsign Softplus
+enum Act : int32_t {
+  kRelu = 0, kTanh, kSigmoid, kAffine, kLeakyRelu, kThresholdedRelu, kScaledTanh, kHardSigmoid,
+  kElu, kSoftsign, kSoftplus, kNumActs
+};
+
+struct Activation {
+  int32_t id = kSigmoid;
+  float alpha = 0.f, beta = 0.f;
+};
+
+constexpr int kBlock = 16;  // hidden units per panel / register tile column block
+
+// One direction's scratch and constants.
+struct Dir {
+  bool reversed = false;
+  Activation act[3];      // f, g[, h]
+  float* wpanel = nullptr;   // nb x [I][G][16]: W packed per block of 16 hidden units
+  float* rpanel = nullptr;   // nb x [H][Gr][16]: R (GRU lbr=0: only the z, r rows)
+  float* rhpanel = nullptr;  // GRU lbr=0: nb x [H][1][16], the h rows of R
+  float* bx = nullptr;       // [G][Hp]: the bias added to X.W^T (Rb folded in except GRU lbr=1 h)
+  float* bh = nullptr;       // [Hp]: GRU lbr=1, Rbh (inside r*(H.Rh^T + Rbh))
+  float* peep = nullptr;     // [3][Hp]: LSTM peepholes i, o, f
+  float* proj = nullptr;     // [chunk][N][nb][G][16]: X.W^T + bx for one chunk of steps
+  float* h[2] = {nullptr, nullptr};  // [N][Hp] each: the hidden state, double-buffered by step
+  float* c = nullptr;        // [N][Hp]: LSTM cell state (tile-local: updated in place)
+  float* z = nullptr;        // [N][Hp]: GRU lbr=0, z between the two phases of a step
+  float* rh = nullptr;       // [N][Hp]: GRU lbr=0, r*H, the operand of the second phase
+  // backward
+  float* rtpanel = nullptr;  // nb x [G*H][16]: R's columns of block j (dH_prev = dG . R)
+  float* dh[2] = {nullptr, nullptr};  // [N][Hp] each: the cotangent of H, double-buffered
+  float* dc = nullptr;       // [N][Hp]: LSTM, the cotangent of C (tile-local)
+  float* ghz = nullptr;      // [N][Hp]: the part of dH_prev that is not a matmul
+  float* dah = nullptr;      // [N][Hp]: GRU lbr=0, d(a_h), the operand of d(r*H) = dah . Rh
+};
+
+struct Layer {
+  int cell = 0;  // 0 GRU, 1 LSTM
+  int64_t L = 0, N = 0, I = 0, H = 0, D = 1;
+  int G = 3;        // gates
+  int64_t Hp = 0;   // H rounded up to kBlock
+  int64_t nb = 0;   // blocks of kBlock hidden units
+  int K = 0;        // residual blocks of H per step (0: no residuals)
+  bool lbr = false, input_forget = false, peepholes = false, ragged = false;
+  float clip = 0.f;  // <= 0: no clip
+  int64_t chunk = 1;  // steps per input-projection chunk
+  // operands (time-major, float32) and results
+  const float *x = nullptr, *w = nullptr, *r = nullptr, *b = nullptr, *p = nullptr;
+  const float *h0 = nullptr, *c0 = nullptr;
+  const int32_t* lens = nullptr;  // clipped to [0, L] by the caller (Python)
+  float *y = nullptr, *yh = nullptr, *yc = nullptr, *res = nullptr;
+  // backward (processing order, [D][L][N][.]): the cotangent of Y per step, the state before
+  // each step, the cell state before each step (LSTM); results d(X.W^T + b) and, GRU lbr=1,
+  // d(H.R^T + Rb); the cotangents of the initial states
+  bool backward = false;
+  const float *gy = nullptr, *hp = nullptr, *cp = nullptr, *dhT = nullptr, *dcT = nullptr;
+  float *dgx = nullptr, *dgh = nullptr, *dh0 = nullptr, *dc0 = nullptr;
+  Dir dir[2];
+
+  int64_t len(int64_t n) const { return ragged ? lens[n] : L; }
+  // time index that processing step t of direction d reads / writes for batch row n
+  int64_t time_of(int d, int64_t t, int64_t n) const {
+    int64_t l = len(n);
+    if (t >= l) return t;  // padding: identity (Y there is zero)
+    return dir[d].reversed ? l - 1 - t : t;
+  }
+};
+
+// Phases of one direction's work, in order. Every phase is a set of independent units.
+enum PhaseKind : int32_t { kPack = 0, kProject, kStep, kStepB,
+                           kBwdPack, kBwdElem, kBwdRh, kBwdMat };
+
+// The per-ISA kernels: row counts of each tile and the one entry point that runs a unit.
+struct Kernels {
+  const char* name;
+  int rows_proj;           // rows (batch x step) per input-projection tile
+  int rows_step[2][2];     // [cell][phase] rows per recurrence tile (GRU lbr=0 has 2 phases)
+  int rows_bwd;            // rows per backward matmul tile (one 16-unit block, G = 1)
+  // Run unit `unit` of phase (kind, arg) of direction d. `rows` is the tile's row count.
+  void (*run)(const Layer& layer, int d, int kind, int64_t arg, int64_t unit, int rows);
+};
+
+const Kernels& kernels_avx512();
+const Kernels& kernels_avx2();
+const Kernels& kernels_generic();
+
+}  // namespace jaxgru_cpu

@@ -1,0 +1,198 @@
+"""The native CPU lowering (``backend="cpu"``): one XLA FFI call per layer into csrc/.
+
+The extension module ``jaxgru._jaxgru_cpu`` is built at ``pip install`` (scikit-build-core +
+CMake, see CMakeLists.txt); a checkout without it (or an install without a C++ compiler) runs on
+the ``lax.scan`` lowering, and :func:`status` says why. Its FFI targets are registered with JAX
+the first time a lowering or ``backend_info()`` needs them (importing jaxgru stays cheap).
+
+The kernels take float32, time-major operands: this module casts half-precision storage to
+float32 (the compute dtype, as the reference does) and swaps batch-major (layout 1) operands
+around the call. The C++ side picks AVX-512 / AVX2+FMA / generic kernels by cpuid per call;
+``JAXGRU_CPU_ISA`` (avx512, avx2, generic) caps that choice and ``JAXGRU_CPU_THREADS`` sets the
+threads (default: from the size of XLA's intra-op thread pool and the work per step), both read
+when a call is lowered.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgru._src import reference
+from jaxgru._src.cells import spec
+from jaxgru._src.options import RNNConfig
+from jaxgru._src.reference.layout import Prepared, states, time_major
+
+ISA_ENV = "JAXGRU_CPU_ISA"
+THREADS_ENV = "JAXGRU_CPU_THREADS"
+# the ISA cap's values, in the order of the C++ side's `isa` attribute (0 = best available)
+ISAS = ("best", "avx512", "avx2", "generic")
+TARGETS = {"gru": "jaxgru_gru_forward", "lstm": "jaxgru_lstm_forward"}
+BACKWARD_TARGETS = {"gru": "jaxgru_gru_backward", "lstm": "jaxgru_lstm_backward"}
+MAX_ACTIVATIONS = 6  # activations per call: 3 per direction, 2 directions (the C++ attributes)
+Fn = Callable[..., Any]
+
+_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=1)
+def _module() -> tuple[Any, str | None]:
+    """(the extension module or None, why it is missing)."""
+    try:
+        from jaxgru import _jaxgru_cpu  # type: ignore[attr-defined]
+    except ImportError as e:
+        return None, f"jaxgru._jaxgru_cpu was not built ({e}); reinstall jaxgru with a C++ compiler"
+    return _jaxgru_cpu, None
+
+
+@functools.lru_cache(maxsize=1)
+def _registered() -> bool:
+    mod, _ = _module()
+    if mod is None:
+        return False
+    with _lock:
+        for name, capsule in mod.registrations().items():
+            jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+    return True
+
+
+def available() -> bool:
+    """Whether the native CPU lowering is built (and its FFI targets registered)."""
+    return _registered()
+
+
+def isa_cap() -> int:
+    """The ``isa`` attribute from ``JAXGRU_CPU_ISA`` (0: the best this CPU runs)."""
+    v = os.environ.get(ISA_ENV, "").strip().lower() or "best"
+    if v not in ISAS:
+        raise ValueError(f"jaxgru: {ISA_ENV} must be one of {ISAS}; got {v!r}.")
+    return ISAS.index(v)
+
+
+def threads_cap() -> int:
+    """The ``threads`` attribute from ``JAXGRU_CPU_THREADS`` (0: chosen per call by the kernels)."""
+    v = os.environ.get(THREADS_ENV, "").strip()
+    if not v:
+        return 0
+    if not v.isdigit() or int(v) < 1:
+        raise ValueError(f"jaxgru: {THREADS_ENV} must be a positive integer; got {v!r}.")
+    return int(v)
+
+
+def status() -> dict:
+    """``{"available", "isa", "module", "reason"}`` of the native CPU lowering."""
+    mod, why = _module()
+    if mod is None or not available():
+        return {"available": False, "isa": None, "module": None,
+                "reason": why or "the native CPU lowering is unavailable"}
+    return {"available": True, "isa": mod.isa(isa_cap()), "module": getattr(mod, "__file__", None),
+            "reason": f"kernels for {mod.isa(0)} (by cpuid)"}
+
+
+def _attrs(cfg: RNNConfig, residuals: bool) -> dict[str, Any]:
+    acts = [a for per_dir in cfg.activations for a in per_dir]
+    acts += [acts[-1]] * (MAX_ACTIVATIONS - len(acts))
+    i32, f32 = np.int32, np.float32
+    out: dict[str, Any] = {
+        "lbr": i32(cfg.linear_before_reset), "input_forget": i32(cfg.input_forget),
+        "peepholes": i32(cfg.peepholes), "ragged": i32(cfg.ragged),
+        "direction": i32(("forward", "reverse", "bidirectional").index(cfg.direction)),
+        "residuals": i32(residuals), "threads": i32(threads_cap()), "isa": i32(isa_cap()),
+        "clip": f32(cfg.clip or 0.0),
+    }
+    for k, a in enumerate(acts):
+        out[f"act{k}"], out[f"alpha{k}"], out[f"beta{k}"] = i32(a.kind_id), f32(a.alpha), f32(a.beta)
+    return out
+
+
+def make_forward(cfg: RNNConfig, ensemble: int, residuals: bool) -> Fn:
+    """The forward of one layer as a function of the operands, through the FFI target.
+
+    Returns what ``reference.forward`` returns: ``(y, y_h[, y_c])`` in the operands' dtype and
+    layout and, with ``residuals``, ``res [D, L, N, K·H]`` (float32) in the reference's layout.
+    """
+    cell = spec(cfg.cell)
+    attrs = _attrs(cfg, residuals)
+
+    def one(*operands: Any) -> tuple[Any, ...]:
+        ops = cell.unpack(operands)
+        dtype = ops.x.dtype
+        f32 = lambda a: a.astype(jnp.float32)
+        x = time_major(cfg, f32(ops.x))
+        length, batch, _ = x.shape
+        d, _, hidden = ops.r.shape
+        lens = jnp.clip(ops.lens.astype(jnp.int32), 0, length)
+        st = jax.ShapeDtypeStruct((d, batch, hidden), jnp.float32)
+        k = cell.residuals(cfg) if residuals else 0
+        shapes = [jax.ShapeDtypeStruct((length, d, batch, hidden), jnp.float32), st]
+        args = [x, f32(ops.w), f32(ops.r), f32(ops.b)]
+        if cfg.cell == "lstm":
+            shapes.append(st)
+            args += [f32(ops.p), f32(states(cfg, ops.h0)), f32(states(cfg, ops.c0))]
+        else:
+            args.append(f32(states(cfg, ops.h0)))
+        shapes.append(jax.ShapeDtypeStruct((d, length, batch, k * hidden) if residuals else (0,), jnp.float32))
+        outs = jax.ffi.ffi_call(TARGETS[cfg.cell], shapes, vmap_method="sequential")(*args, lens, **attrs)
+        y = outs[0] if cfg.layout == 0 else jnp.transpose(outs[0], (2, 0, 1, 3))
+        result = [y.astype(dtype)] + [states(cfg, s).astype(dtype) for s in outs[1:-1]]
+        if residuals:
+            result.append(outs[-1])
+        return tuple(result)
+
+    return jax.vmap(one) if ensemble else one
+
+
+def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
+    """The backward of one layer: ``reference.backward`` with its reverse ``lax.scan`` replaced by
+    one FFI call (the serial part); the weight gradients are the same GEMMs over all steps.
+
+    The function takes (primals, y, res, cotangents) and returns the primals' cotangents.
+    """
+    cell = spec(cfg.cell)
+    n = cell.num_operands
+    attrs = _attrs(cfg, True)
+    lbr = cfg.cell == "gru" and cfg.linear_before_reset
+
+    def one(*args: Any) -> tuple[Any, ...]:
+        primals, y, res, cts = args[:n], args[n], args[n + 1], args[n + 2 :]
+        lens = cell.unpack(primals).lens
+
+        def recurrence(pr: Prepared, per_dir: list, carry0: tuple) -> tuple[tuple, tuple]:
+            f32 = lambda a: a.astype(jnp.float32)
+            d, length, batch, hidden = len(per_dir), pr.length, pr.batch, pr.hidden
+            gh = cfg.num_gates * hidden
+            stack = lambda k: f32(jnp.stack([pd[k] for pd in per_dir]))
+            carry = [f32(jnp.stack([c[k] for c in carry0])) for k in range(len(carry0[0]))]
+            st = jax.ShapeDtypeStruct((d, batch, hidden), jnp.float32)
+            dgx = jax.ShapeDtypeStruct((d, length, batch, gh), jnp.float32)
+            clipped = jnp.clip(lens.astype(jnp.int32), 0, length)
+            r = f32(jnp.stack(pr.r))
+            if cfg.cell == "gru":  # per_dir: (gy, a_zr, a_h, lin, h_prev)
+                shapes = [dgx, dgx if lbr else jax.ShapeDtypeStruct((0,), jnp.float32), st]
+                args_ = [stack(0), f32(res), stack(4), r, carry[0]]
+            else:  # per_dir: (gy, a_i, a_o, a_f, a_c, C, C_prev)
+                p = jnp.zeros((d, 3 * hidden), jnp.float32) if pr.peep is None else f32(
+                    jnp.stack([jnp.concatenate(v, axis=-1)[0] for v in pr.peep]))
+                shapes = [dgx, st, st]
+                args_ = [stack(0), f32(res), stack(6), stack(6), r, p, carry[0], carry[1]]
+            outs = jax.ffi.ffi_call(BACKWARD_TARGETS[cfg.cell], shapes, vmap_method="sequential")(
+                *args_, clipped, **attrs)
+            cd = pr.dtype
+            if cfg.cell == "gru":
+                first = tuple((outs[2][k].astype(cd),) for k in range(d))
+                emits = tuple((outs[0][k].astype(cd), outs[1][k].astype(cd) if lbr else None) for k in range(d))
+            else:
+                first = tuple((outs[1][k].astype(cd), outs[2][k].astype(cd)) for k in range(d))
+                emits = tuple((outs[0][k].astype(cd), None) for k in range(d))
+            return first, emits
+
+        return reference.backward(cfg, primals, y, res, cts, recurrence=recurrence)
+
+    return jax.vmap(one) if ensemble else one
