@@ -1,10 +1,12 @@
-"""Per-call and cumulative counters of the WebGPU backend (for tests and benchmarks)."""
+"""Per-call and cumulative counters of the WebGPU backend (for tests and benchmarks): every
+call, and the totals of the forward and of the backward calls apart."""
 
 from __future__ import annotations
 
 import dataclasses
 import threading
 
+KINDS = ("forward", "backward")  # what a call ran: kernels.forward or backward.backward
 _INT_FIELDS = ("calls", "dispatches", "passes", "submits", "bytes_uploaded", "bytes_read_back")
 _TIME_FIELDS = ("host_prepare_s", "host_upload_s", "host_record_s", "host_wait_s", "host_readback_s",
                 "host_total_s")
@@ -15,7 +17,7 @@ class CallStats:
     """What one call (or, summed, many calls) did.
 
     Attributes:
-      calls: number of ``forward`` calls counted (1 for a single call).
+      calls: number of calls counted (1 for a single call): forward and backward.
       dispatches: compute dispatches recorded.
       passes: compute passes recorded.
       submits: ``queue.submit`` calls (1 per call by design).
@@ -30,7 +32,9 @@ class CallStats:
       host_wait_s: from submit until the read-back buffer is mapped (includes GPU time).
       host_readback_s: copying mapped bytes out and assembling the outputs.
       host_total_s: wall time of the whole call.
-      variant: the recurrence variant used ("persistent" or "stepwise").
+      variant: the forward's recurrence variant ("persistent" or "stepwise"; "" for a backward).
+      kind: "forward" (``kernels.forward``) or "backward" (``backward.backward``), of the last
+        call counted.
     """
 
     calls: int = 0
@@ -47,6 +51,7 @@ class CallStats:
     host_readback_s: float = 0.0
     host_total_s: float = 0.0
     variant: str = ""
+    kind: str = ""
 
     def add(self, other: CallStats) -> None:
         """Accumulate ``other`` into self."""
@@ -55,6 +60,7 @@ class CallStats:
         if other.gpu_ns is not None:
             self.gpu_ns = (self.gpu_ns or 0) + other.gpu_ns
         self.variant = other.variant
+        self.kind = other.kind
 
 
 class Counters:
@@ -64,22 +70,28 @@ class Counters:
         self._lock = threading.Lock()
         self._last = CallStats()
         self._total = CallStats()
+        self._kinds = {k: CallStats(kind=k) for k in KINDS}
 
     def record(self, stats: CallStats) -> None:
-        """Make ``stats`` the last call and add it to the totals."""
+        """Make ``stats`` the last call and add it to the totals (and to its kind's)."""
         with self._lock:
             self._last = dataclasses.replace(stats)
             self._total.add(stats)
+            if stats.kind in self._kinds:
+                self._kinds[stats.kind].add(stats)
 
     def snapshot(self) -> dict[str, dict]:
-        """Copies of the last call and the totals as dicts."""
+        """Copies of the last call, the totals and each kind's totals as dicts."""
         with self._lock:
-            return {"last": dataclasses.asdict(self._last), "total": dataclasses.asdict(self._total)}
+            out = {"last": dataclasses.asdict(self._last), "total": dataclasses.asdict(self._total)}
+            out.update({k: dataclasses.asdict(v) for k, v in self._kinds.items()})
+            return out
 
     def reset(self) -> None:
         """Forget everything."""
         with self._lock:
             self._last, self._total = CallStats(), CallStats()
+            self._kinds = {k: CallStats(kind=k) for k in KINDS}
 
 
 COUNTERS = Counters()
@@ -88,22 +100,26 @@ COUNTERS = Counters()
 def counters() -> dict[str, dict]:
     """The counters of the last ``wgsl`` call and the totals since start (or the last reset).
 
+    A ``jax.grad`` of a ``wgsl`` layer makes two calls: the forward (with residuals) and the
+    backward; ``"forward"`` and ``"backward"`` hold the totals of each kind apart.
     Reading them touches no device: without an adapter, or before any ``wgsl`` call, every
     count is zero.
 
     Returns:
-      ``{"last": {...}, "total": {...}}``, two dicts with the same keys: ``calls``,
+      ``{"last": {...}, "total": {...}, "forward": {...}, "backward": {...}}``, four dicts with
+        the same keys: ``calls``,
         ``dispatches``, ``passes``, ``submits``, ``bytes_uploaded``, ``bytes_read_back``,
         ``gpu_ns`` (None unless ``jaxgru.webgpu.set_timestamps`` turned timestamps on), the
         host times ``host_prepare_s``, ``host_upload_s``, ``host_record_s``, ``host_wait_s``,
-        ``host_readback_s``, ``host_total_s`` (seconds), and ``variant`` (``"persistent"`` or
-        ``"stepwise"``). They are copies: later calls do not change them.
+        ``host_readback_s``, ``host_total_s`` (seconds), ``variant`` (the forward's:
+        ``"persistent"`` or ``"stepwise"``) and ``kind`` (``"forward"`` or ``"backward"``).
+        They are copies: later calls do not change them.
 
     Examples:
       >>> import jaxgru.webgpu
       >>> c = jaxgru.webgpu.counters()
       >>> sorted(c)
-      ['last', 'total']
+      ['backward', 'forward', 'last', 'total']
       >>> "dispatches" in c["last"] and c["total"]["calls"] >= 0
       True
     """
