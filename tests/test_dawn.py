@@ -1,6 +1,7 @@
 """Portability on a second WebGPU implementation: Dawn/Tint (Chrome's WebGPU, npm ``webgpu``).
 
-1. A matrix of ``kernels.forward`` calls (the kernel tests' and more) runs on wgpu while every
+1. A matrix of ``kernels.forward`` and ``backward.backward`` calls (the kernel tests' and
+   more) runs on wgpu while every
    specialisation jaxgru asks for is recorded (``Runtime.pipeline``: kernel file, entry point,
    storage, override constants), with the exact module sources (``shaders.source``) and the
    binding tables (``shaders.BINDINGS``).
@@ -41,7 +42,9 @@ from test_webgpu_kernels import BOTH, CELLS, SIG, TANH, make_cfg, make_operands
 
 from jaxgru._src.activations import NAMES, Activation
 from jaxgru._src.options import RNNConfig
-from jaxgru._src.webgpu import kernels, plan, runtime, shaders
+from jaxgru._src import shapes
+from jaxgru._src.cells import spec
+from jaxgru._src.webgpu import backward, kernels, plan, runtime, shaders
 
 pytestmark = pytest.mark.wgsl
 
@@ -60,7 +63,7 @@ RAGGED = [5, 0, 3, 1]
 # --------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One ``kernels.forward`` call of the matrix."""
+    """One ``kernels.forward`` (or, with ``backward``, ``backward.backward``) call of the matrix."""
 
     name: str
     cfg: RNNConfig
@@ -70,6 +73,7 @@ class Case:
     f16: bool = False
     replay: bool = False  # recorded on a fresh device and replayed on Dawn (float32 only)
     segment_steps: int | None = None  # plan.PERSISTENT_SEGMENT_STEPS for this call
+    backward: bool = False  # the backward of the call (its y, residuals and cotangents random)
 
 
 def matrix(f16: bool) -> list[Case]:
@@ -120,8 +124,29 @@ def matrix(f16: bool) -> list[Case]:
             cfg = make_cfg(cell, "bidirectional", ragged=True, layout=1, **opts)
             for variant in BOTH:
                 add(f"f16-{kind}-{variant}", cfg, {"lens": [5, 2, 0, 4]}, variant, f16=True)
+    bwd = lambda name, cfg, shape=None, **k: add(f"backward-{name}", cfg, shape or {}, backward=True, **k)
+    for kind, (cell, opts) in {**CELLS, "lstm_if": ("lstm", {"input_forget": True})}.items():
+        for direction in DIRECTIONS:  # the backward kernels: every cell variant, direction, layout
+            for layout in (0, 1):
+                bwd(f"{kind}-{direction}-layout{layout}",
+                    make_cfg(cell, direction, layout=layout, ragged=True, **opts), {"lens": RAGGED})
+        bwd(f"{kind}-clip", make_cfg(cell, "bidirectional", clip=0.25, **opts))
+        if f16:
+            bwd(f"f16-{kind}", make_cfg(cell, "bidirectional", ragged=True, layout=1, **opts), {"lens": RAGGED},
+                f16=True)
+    for name in NAMES:  # each activation's derivative (alpha/beta) as f, g and h
+        act = Activation(name, 0.7, 0.2)
+        bwd(f"act-{name}", make_cfg("lstm", "bidirectional", acts=((act, TANH, act), (SIG, act, TANH))))
     # replayed on Dawn's OpenGL ES backend, read-back bytes compared with wgpu's
     rep = lambda *a, **k: add(*a, replay=True, **k)
+    rep("replay-backward-gru-bidirectional-ragged", make_cfg("gru", "bidirectional", ragged=True),
+        {"lens": RAGGED}, backward=True)
+    rep("replay-backward-lstm-peepholes-layout1-clip",
+        make_cfg("lstm", "bidirectional", layout=1, ragged=True, peepholes=True, clip=0.5),
+        {"lens": RAGGED}, backward=True)
+    rep("replay-backward-gru_lbr-reverse-activations",
+        make_cfg("gru", "reverse", linear_before_reset=True, acts=((Activation("Elu", 0.7), Activation("Softsign")),)),
+        {"L": 6, "N": 3, "I": 5, "H": 7}, backward=True)
     rep("replay-gru-stepwise-bidirectional-ragged",
         make_cfg("gru", "bidirectional", ragged=True), {"lens": RAGGED}, "stepwise")
     rep("replay-gru_lbr-persistent-reverse-layout1-segments",
@@ -343,7 +368,10 @@ def collect(path: pathlib.Path) -> dict:
                 events: list[dict] = []
                 if case.replay:
                     stack.enter_context(rec.replay(events))
-                kernels.forward(case.cfg, ops, residuals=case.residuals, variant=case.variant)
+                if case.backward:
+                    backward.backward(case.cfg, [*ops, *backward_tail(case.cfg, ops, case.shape.get("seed", 0))])
+                else:
+                    kernels.forward(case.cfg, ops, residuals=case.residuals, variant=case.variant)
             if case.replay:
                 assert sum(e["op"] == "read" for e in events) >= 1, case.name
                 replays.append({"name": case.name, "events": events})
@@ -360,6 +388,17 @@ def collect(path: pathlib.Path) -> dict:
     }
     path.write_text(json.dumps(data))
     return data
+
+
+def backward_tail(cfg: RNNConfig, ops: list[np.ndarray], seed: int) -> list[np.ndarray]:
+    """Random y, residuals and output cotangents of the right shapes for a backward call."""
+    rng = np.random.default_rng(seed + 100)
+    length, batch, _, hidden, d = shapes.sizes(cfg, ops[0], ops[2])
+    y = shapes.y_shape(cfg.layout, length, d, batch, hidden)
+    state = shapes.state_shape(cfg, batch, hidden)
+    res = shapes.residual_shape(cfg, length, batch, hidden)
+    f = lambda s, dt=ops[0].dtype: (rng.standard_normal(s) * 0.5).astype(dt)
+    return [f(y), f(res, np.float32), f(y), *(f(state) for _ in range(spec(cfg.cell).num_states))]
 
 
 @contextlib.contextmanager
