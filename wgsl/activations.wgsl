@@ -1,6 +1,10 @@
 // activations.wgsl — helpers of the generated activation switches (`act`, and `act_d` in the
 // backward modules; both generated from jaxgru/_src/activations.py, which names these helpers
-// in its WGSL forms). Overflow-free forms; no bindings, no overrides.
+// in its WGSL forms). Overflow-free forms.
+//
+// Prepended to the recurrence modules after recurrence_common.wgsl and to the backward modules
+// after backward_common.wgsl (webgpu/shaders.py); `clip_` lives in those preludes.
+// Bindings: none. Overrides: none (alpha and beta reach the generated switches as arguments).
 
 // NaN test on the bits: WGSL's min/max/clamp return the non-NaN operand and compilers may
 // assume `x != x` is false, so NaN is recognised by its exponent and mantissa instead.
