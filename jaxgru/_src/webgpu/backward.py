@@ -34,7 +34,8 @@ _WORK = _BU.STORAGE | _BU.COPY_SRC | _BU.COPY_DST
 _UNIFORM = _BU.UNIFORM | _BU.COPY_DST
 _READBACK = _BU.MAP_READ | _BU.COPY_DST
 STEP_WORKGROUP = 64  # invocations per workgroup of the reverse-time kernels
-TILE = 16  # output tile of wgrad.wgsl (its `const T`)
+TILE = 64  # output tile side of wgrad.wgsl's GEMMs (its `const TP`)
+COLSUM_WORKGROUP = 64  # invocations per workgroup of wgrad.wgsl's colsum
 _ALIGN_ELEMENTS = 4  # region offsets inside a buffer: whole 16-byte blocks
 
 
@@ -191,10 +192,10 @@ def _layout(parts: Sequence[int]) -> tuple[list[int], int]:
 class _Gemm:
     """One wgrad.wgsl dispatch: entry point, A buffer, uniform fields and grid (P, Q, Z)."""
 
-    entry: str
+    entry: str  # "wgrad", "dx" or "colsum"
     a: str  # "dg" or "aux"
     fields: dict[str, int]
-    grid: tuple[int, int, int]
+    grid: tuple[int, int, int]  # (Q, P, Z): columns, rows, slices
 
 
 class _Call:
@@ -264,14 +265,14 @@ class _Call:
         cfg, sz = self.cfg, self.sz
         H, GH = sz.H, sz.GH
         lbr = cfg.cell == "gru" and cfg.linear_before_reset
-        base = {"N": sz.N, "L": sz.L, "I": sz.I, "GH": GH, "off_b": off["hb"], "off_w": off["w"]}
+        base = {"N": sz.N, "L": sz.L, "I": sz.I, "GH": GH, "off_b": off["hb"], "off_w": off["w"], "Z": sz.D}
         out: list[_Gemm] = []
 
         def wg(a: str, sa: int, a_off: int, p: int, q: int, bmode: int, out_off: int, outr: int, row0: int,
                b_off: int = 0) -> None:
             fields = {**base, "P": p, "Q": q, "KR": sz.M, "SA": sa, "a_off": a_off, "SB": sz.B * H,
                       "b_off": b_off, "bmode": bmode, "out_off": out_off, "outr": outr, "row0": row0}
-            out.append(_Gemm("wgrad", a, fields, (q, p, sz.D)))
+            out.append(_Gemm("colsum" if bmode == 2 else "wgrad", a, fields, (q, p, sz.D)))
 
         wg("dg", GH, 0, GH, sz.I, 1, off["dw"], GH, 0)  # dW = dgᵀ·x
         if cfg.cell == "lstm":
@@ -292,6 +293,8 @@ class _Call:
 
     def _grid(self, g: _Gemm) -> tuple[int, int, int]:
         q, p, z = g.grid
+        if g.entry == "colsum":
+            return (*plan.grid2d(-(-z * p // COLSUM_WORKGROUP), self.max_dim), 1)
         grid = (-(-q // TILE), -(-p // TILE), z)
         if max(grid) > self.max_dim:
             raise ValueError(
@@ -348,7 +351,7 @@ class _Call:
             gemms = []
             for g in self._gemms({**out_off, "hb": aux_offsets[1], "w": xoff[1]}):
                 order = ("P", "Q", "KR", "N", "L", "I", "GH", "SA", "a_off", "SB", "b_off", "off_b", "bmode",
-                         "out_off", "outr", "row0", "off_w")
+                         "out_off", "outr", "row0", "off_w", "Z")
                 group = rt.bind_group("wgrad", {0: dg if g.a == "dg" else aux, 1: aux, 2: sx, 3: lens, 4: out,
                                                 5: self._uniform([g.fields[k] for k in order])})
                 gemms.append((rt.pipeline("wgrad", g.entry, self.storage, gconsts), group, self._grid(g)))
