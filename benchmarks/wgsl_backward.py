@@ -35,7 +35,7 @@ from jaxgru._src.webgpu import counters, runtime
 MIB = 1 << 20
 
 
-def _step(L: int, N: int, I: int, H: int, backend: str):  # noqa: E741
+def _step(L: int, N: int, I: int, H: int, backend: str):
     params = jaxgru.init_gru(jax.random.key(0), I, H)
     x = jax.random.normal(jax.random.key(1), (L, N, I))
 
@@ -59,7 +59,7 @@ def _kinds(c: dict) -> dict:
     return {k: {f: c[k][f] for f in keys} for k in ("total", "forward", "backward") if k in c}
 
 
-def training_step(L: int, N: int, I: int, H: int, repeats: int) -> dict:  # noqa: E741
+def training_step(L: int, N: int, I: int, H: int, repeats: int) -> dict:
     steps = {be: _step(L, N, I, H, be) for be in ("wgsl", "xla")}
     loops = {}
     for be, (fn, p, x) in steps.items():
@@ -83,7 +83,7 @@ def training_step(L: int, N: int, I: int, H: int, repeats: int) -> dict:  # noqa
     return out
 
 
-def residual_choice(L: int, N: int, I: int, H: int, repeats: int) -> dict:  # noqa: E741
+def residual_choice(L: int, N: int, I: int, H: int, repeats: int) -> dict:
     """The measured parts of options (a) upload y/res and (b) recompute on the device."""
     fn, p, x = _step(L, N, I, H, "wgsl")
     block(fn(p, x))
@@ -117,9 +117,10 @@ def residual_choice(L: int, N: int, I: int, H: int, repeats: int) -> dict:  # no
     a_cost = out["a_upload_y_res"]["write_s"]
     b_cost = out["forward_with_residuals"]["host_wait_s"]
     out["b_minus_a_s"] = b_cost - a_cost
+    saved = out["forward_with_residuals"]["bytes_read_back"] - out["forward_without_residuals"]["bytes_read_back"]
     print(f"residuals at L={L} N={N} I=H={H}: (a) uploads {y_res_bytes / MIB:.2f} MiB of y+res in "
           f"{a_cost * 1e3:.2f} ms; (b) would add a device forward of {b_cost * 1e3:.1f} ms to each backward "
-          f"(and save {(out['forward_with_residuals']['bytes_read_back'] - out['forward_without_residuals']['bytes_read_back']) / MIB:.2f} "
+          f"(and save {saved / MIB:.2f} "
           f"MiB of read-back); backward call {out['backward']['host_total_s'] * 1e3:.1f} ms, "
           f"step {out['step_total_s'] * 1e3:.1f} ms", flush=True)
     return out

@@ -40,10 +40,10 @@ import pytest
 import wgsl_support
 from test_webgpu_kernels import BOTH, CELLS, SIG, TANH, make_cfg, make_operands
 
-from jaxgru._src.activations import NAMES, Activation
-from jaxgru._src.options import RNNConfig
 from jaxgru._src import shapes
+from jaxgru._src.activations import NAMES, Activation
 from jaxgru._src.cells import spec
+from jaxgru._src.options import RNNConfig
 from jaxgru._src.webgpu import backward, kernels, plan, runtime, shaders
 
 pytestmark = pytest.mark.wgsl

@@ -178,7 +178,7 @@ def test_second_order_goes_through_the_reference_rules():
 
 
 @pytest.mark.parametrize(("L", "N", "I"), [(0, 3, 2), (4, 0, 2), (4, 3, 0)])
-def test_empty_shapes_match_the_reference(L, N, I):  # noqa: E741
+def test_empty_shapes_match_the_reference(L, N, I):
     cfg = make_config("lstm", "t", peepholes=True, direction="bidirectional", ragged=True)
     rng = np.random.default_rng(0)
     f = lambda *s: rng.standard_normal(s).astype(np.float32)

@@ -142,7 +142,7 @@ def _trivial(cfg: RNNConfig, member: list[np.ndarray], dst: dict[str, np.ndarray
     """L, N or H is 0: zero weight and input cotangents; the states' cotangents pass through."""
     cell = spec(cfg.cell)
     cts = member[cell.num_operands + 2 :]
-    for name, a in dst.items():
+    for a in dst.values():
         a[...] = 0
     for o, ct in zip(cell.state_operands, cts[1:], strict=True):
         np.copyto(dst[o.field], ct, casting="unsafe")
