@@ -7,8 +7,11 @@
 // lstm_backward.wgsl (their entry points).
 //
 // The math is the transpose of the forward, exactly as jaxgru/_src/reference/{gru,lstm}.py
-// `backward_step` defines it (the reference is the contract). One invocation per (direction d,
-// batch row n, hidden unit j): i = (d·N + n)·H + j. Step t is in processing order (the forward's
+// `backward_step` defines it (the reference is the contract). The elementwise kernels
+// (`*_bwd_gates`) run one invocation per (direction d, batch row n, hidden unit j):
+// i = (d·N + n)·H + j; the mat-vec kernels (`gru_bwd_reset`, `*_bwd_hidden`) one per
+// (d, block of 4 rows, block of 4 units): each load of R serves 4 rows and each load of the
+// gate cotangents 4 units (register blocking). Step t is in processing order (the forward's
 // residuals are stored that way); tt = time_of(d, t, len) is the time index of Y and x. Steps
 // t ≥ len (padding) have zero gate cotangents and pass the carried dh (and dc) through.
 //
@@ -39,7 +42,8 @@
 //   HAS_CLIP, CLIP          clamp of every f/g activation input (derivative 0 where it clamps)
 //   ACT_{F,G,H}{0,1}, ALPHA_*, BETA_*   activation kind ids and parameters per direction slot
 //   WG_STEP                 invocations per workgroup
-// Dispatch: a 2-D grid of ceil(D·N·H / WG_STEP) workgroups (x ≤ 65535, y spills over).
+// Dispatch: a 2-D grid of ceil(D·N·H / WG_STEP) workgroups for the elementwise kernels,
+// ceil(D·ceil(N/4)·ceil(H/4) / WG_STEP) for the mat-vec kernels (x ≤ 65535, y spills over).
 
 override G: u32;
 override K: u32;
@@ -183,6 +187,53 @@ fn unit(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> Unit {
   let j = i % H;
   let r = i / H;
   return Unit(r / dims.N, r % dims.N, j, r < dims.D * dims.N);
+}
+
+// Mat-vec kernels: direction d, rows n0 .. n0+3 and units k0 .. k0+3 (those < N, < H valid).
+struct Block {
+  d: u32,
+  n0: u32,
+  k0: u32,
+  ok: bool,
+}
+
+fn block(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> Block {
+  let i = (wid.y * nwg.x + wid.x) * WG_STEP + lid;
+  let h4 = (H + 3u) / 4u;
+  let nblk = (dims.N + 3u) / 4u;
+  let r = i / h4;
+  return Block(r / nblk, 4u * (r % nblk), 4u * (i % h4), r < dims.D * nblk);
+}
+
+// acc[r][c] = Σ_{row0 ≤ row < row1} A(d, t, n0 + r, row) · R[d, row, k0 + c], A = the gate
+// cotangents dg (or ext when `from_ext`) of step t; rows past N and units past H re-read the
+// last valid one (in bounds; not stored).
+fn matvec_rows(b: Block, t: u32, row0: u32, row1: u32, from_ext: bool) -> array<array<f32, 4>, 4> {
+  var acc = array<array<f32, 4>, 4>();
+  var ns = array<u32, 4>();
+  var ks = array<u32, 4>();
+  for (var r = 0u; r < 4u; r++) {
+    ns[r] = min(b.n0 + r, dims.N - 1u);
+    ks[r] = min(b.k0 + r, H - 1u);
+  }
+  for (var row = row0; row < row1; row++) {
+    var w = array<f32, 4>();
+    var a = array<f32, 4>();
+    for (var c = 0u; c < 4u; c++) {
+      w[c] = r_at(b.d, row, ks[c]);
+      if from_ext {
+        a[c] = aux[ext_index(b.d, t, ns[c], 0u, row)];
+      } else {
+        a[c] = dg[dg_index(b.d, t, ns[c], 0u, row)];
+      }
+    }
+    for (var r = 0u; r < 4u; r++) {
+      for (var c = 0u; c < 4u; c++) {
+        acc[r][c] += a[r] * w[c];
+      }
+    }
+  }
+  return acc;
 }
 
 // Residual q (of K) of unit j at processing step t.

@@ -12,10 +12,10 @@
 // Bindings: the table in backward_common.wgsl (ext = d(H·Rᵀ + Rb) for lbr=1; hb = h_prev, and
 // r⊙h_prev for lbr=0). Overrides: those of backward_common.wgsl, and LBR.
 //
-// Entry points, dispatched in this order for step sched.t (D·N·H invocations each):
-//   gru_bwd_gates   gh, da_z, da_h (and da_r, ext for lbr=1), hb
-//   gru_bwd_reset   lbr=0 only: d(r⊙h) and da_r (needs every unit's da_h)
-//   gru_bwd_hidden  dh_prev into the carry (needs every unit's gate cotangents)
+// Entry points, dispatched in this order for step sched.t:
+//   gru_bwd_gates   gh, da_z, da_h (and da_r, ext for lbr=1), hb; one invocation per unit
+//   gru_bwd_reset   lbr=0 only: d(r⊙h) and da_r (needs every unit's da_h); mat-vec blocks
+//   gru_bwd_hidden  dh_prev into the carry (needs every unit's gate cotangents); mat-vec blocks
 
 override LBR: bool = false;
 
@@ -68,25 +68,30 @@ fn gru_bwd_reset(
   @builtin(num_workgroups) nwg: vec3<u32>,
   @builtin(local_invocation_index) lid: u32,
 ) {
-  let u = unit(wid, nwg, lid);
-  if !u.ok {
+  let b = block(wid, nwg, lid);
+  if !b.ok {
     return;
   }
-  let d = u.d;
-  let n = u.n;
-  let k = u.j;
+  let d = b.d;
   let t = sched.t;
-  if t >= u32(lens[n]) {
-    st[drh_index(d, n, k)] = 0.0;
-    return;
+  let acc = matvec_rows(b, t, 2u * H, 3u * H, false);  // d(r⊙h) = da_h·R_h
+  for (var r = 0u; r < 4u; r++) {
+    let n = b.n0 + r;
+    if n < dims.N {
+      let valid = t < u32(lens[n]);
+      for (var c = 0u; c < 4u; c++) {
+        let k = b.k0 + c;
+        if k < H {
+          let drh = select(0.0, acc[r][c], valid);
+          st[drh_index(d, n, k)] = drh;
+          if valid {
+            let dr = f_vd(d, res(d, t, n, 1u, k)).d;
+            dg[dg_index(d, t, n, 1u, k)] = drh * aux[hb_index(d, t, n, 0u, k)] * dr;
+          }
+        }
+      }
+    }
   }
-  var drh = 0.0;
-  for (var j = 0u; j < H; j++) {
-    drh += dg[dg_index(d, t, n, 2u, j)] * r_at(d, 2u * H + j, k);
-  }
-  st[drh_index(d, n, k)] = drh;
-  let r = f_vd(d, res(d, t, n, 1u, k));
-  dg[dg_index(d, t, n, 1u, k)] = drh * aux[hb_index(d, t, n, 0u, k)] * r.d;
 }
 
 @compute @workgroup_size(WG_STEP)
@@ -95,30 +100,36 @@ fn gru_bwd_hidden(
   @builtin(num_workgroups) nwg: vec3<u32>,
   @builtin(local_invocation_index) lid: u32,
 ) {
-  let u = unit(wid, nwg, lid);
-  if !u.ok {
+  let b = block(wid, nwg, lid);
+  if !b.ok {
     return;
   }
-  let d = u.d;
-  let n = u.n;
-  let k = u.j;
+  let d = b.d;
   let t = sched.t;
-  let gh = st[gh_index(d, n, k)];
-  if t >= u32(lens[n]) {
-    st[carry_index(0u, d, n, k)] = gh;
-    return;
-  }
-  let z = f_vd(d, res(d, t, n, 0u, k)).v;
-  var acc = gh * z;
+  var acc = array<array<f32, 4>, 4>();
   if LBR {
-    for (var row = 0u; row < 3u * H; row++) {
-      acc += aux[ext_index(d, t, n, 0u, row)] * r_at(d, row, k);
-    }
+    acc = matvec_rows(b, t, 0u, 3u * H, true);  // d(H·Rᵀ + Rb)·R
   } else {
-    acc += st[drh_index(d, n, k)] * f_vd(d, res(d, t, n, 1u, k)).v;
-    for (var row = 0u; row < 2u * H; row++) {
-      acc += dg[dg_index(d, t, n, 0u, row)] * r_at(d, row, k);
+    acc = matvec_rows(b, t, 0u, 2u * H, false);  // [da_z, da_r]·R_zr
+  }
+  for (var r = 0u; r < 4u; r++) {
+    let n = b.n0 + r;
+    if n < dims.N {
+      let valid = t < u32(lens[n]);
+      for (var c = 0u; c < 4u; c++) {
+        let k = b.k0 + c;
+        if k < H {
+          let gh = st[gh_index(d, n, k)];
+          var dhp = gh;
+          if valid {
+            dhp = acc[r][c] + gh * f_vd(d, res(d, t, n, 0u, k)).v;
+            if !LBR {
+              dhp += st[drh_index(d, n, k)] * f_vd(d, res(d, t, n, 1u, k)).v;
+            }
+          }
+          st[carry_index(0u, d, n, k)] = dhp;
+        }
+      }
     }
   }
-  st[carry_index(0u, d, n, k)] = acc;
 }

@@ -12,9 +12,9 @@
 // Bindings: the table in backward_common.wgsl (ext = da_i⊙c_prev, da_o⊙c, da_f⊙c_prev with
 // peepholes; hb = h_prev). Overrides: those of backward_common.wgsl, PEEPHOLES, INPUT_FORGET.
 //
-// Entry points, dispatched in this order for step sched.t (D·N·H invocations each):
-//   lstm_bwd_gates   gh, dg, ext, hb and dc_prev (in place in the carry)
-//   lstm_bwd_hidden  dh_prev into the carry (needs every unit's gate cotangents)
+// Entry points, dispatched in this order for step sched.t:
+//   lstm_bwd_gates   gh, dg, ext, hb and dc_prev (in place in the carry); one invocation per unit
+//   lstm_bwd_hidden  dh_prev into the carry (needs every unit's gate cotangents); mat-vec blocks
 
 override PEEPHOLES: bool = false;
 override INPUT_FORGET: bool = false;
@@ -93,21 +93,22 @@ fn lstm_bwd_hidden(
   @builtin(num_workgroups) nwg: vec3<u32>,
   @builtin(local_invocation_index) lid: u32,
 ) {
-  let u = unit(wid, nwg, lid);
-  if !u.ok {
+  let b = block(wid, nwg, lid);
+  if !b.ok {
     return;
   }
-  let d = u.d;
-  let n = u.n;
-  let k = u.j;
   let t = sched.t;
-  if t >= u32(lens[n]) {
-    st[carry_index(0u, d, n, k)] = st[gh_index(d, n, k)];
-    return;
+  let acc = matvec_rows(b, t, 0u, 4u * H, false);  // dg·R
+  for (var r = 0u; r < 4u; r++) {
+    let n = b.n0 + r;
+    if n < dims.N {
+      let valid = t < u32(lens[n]);
+      for (var c = 0u; c < 4u; c++) {
+        let k = b.k0 + c;
+        if k < H {
+          st[carry_index(0u, b.d, n, k)] = select(st[gh_index(b.d, n, k)], acc[r][c], valid);
+        }
+      }
+    }
   }
-  var acc = 0.0;
-  for (var row = 0u; row < 4u * H; row++) {
-    acc += dg[dg_index(d, t, n, 0u, row)] * r_at(d, row, k);
-  }
-  st[carry_index(0u, d, n, k)] = acc;
 }

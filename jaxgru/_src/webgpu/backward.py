@@ -323,8 +323,11 @@ class _Call:
         step_pipes = [rt.pipeline(kernel, e, self.storage, consts) for e in entries(cfg)]
         gconsts = {"LAYOUT": cfg.layout, "REV0": consts["REV0"]}
         sched = self._schedule()
+        # elementwise kernels: one invocation per unit; mat-vec kernels: per 4 rows x 4 units
         units = sz.D * sz.N * sz.H
-        step_grid = plan.grid2d(-(-units // STEP_WORKGROUP), self.max_dim)
+        blocks = sz.D * -(-sz.N // 4) * -(-sz.H // 4)
+        grids = [plan.grid2d(-(-(units if e.endswith("_gates") else blocks) // STEP_WORKGROUP), self.max_dim)
+                 for e in entries(cfg)]
         state_n = sz.D * sz.N * sz.H
         st_offsets, st_total = _layout([sz.S * state_n, state_n, state_n])
         aux_offsets, aux_total = _layout([sz.D * sz.M * sz.E * sz.H, sz.D * sz.M * sz.B * sz.H])
@@ -360,11 +363,11 @@ class _Call:
         encoder = rt.device.create_command_encoder()
         cp = encoder.begin_compute_pass()
         for k in range(sz.L):  # processing steps L-1 .. 0 (the schedule's order)
-            for pipe in step_pipes:
+            for pipe, grid in zip(step_pipes, grids, strict=True):
                 cp.set_pipeline(pipe)
                 for step_group, _, _, _ in jobs:
                     cp.set_bind_group(0, step_group, [k * self.align])
-                    cp.dispatch_workgroups(*step_grid)
+                    cp.dispatch_workgroups(*grid)
         for _, gemms, _, _ in jobs:
             for pipe, group, grid in gemms:
                 cp.set_pipeline(pipe)
