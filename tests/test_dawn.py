@@ -74,6 +74,7 @@ class Case:
     replay: bool = False  # recorded on a fresh device and replayed on Dawn (float32 only)
     segment_steps: int | None = None  # plan.PERSISTENT_SEGMENT_STEPS for this call
     backward: bool = False  # the backward of the call (its y, residuals and cotangents random)
+    tiled: bool | None = None  # backward.GEMM_TILED for this call (None: by the adapter)
 
 
 def matrix(f16: bool) -> list[Case]:
@@ -131,6 +132,8 @@ def matrix(f16: bool) -> list[Case]:
                 bwd(f"{kind}-{direction}-layout{layout}",
                     make_cfg(cell, direction, layout=layout, ragged=True, **opts), {"lens": RAGGED})
         bwd(f"{kind}-clip", make_cfg(cell, "bidirectional", clip=0.25, **opts))
+        for tiled in (False, True):  # both forms of the GEMMs, whatever the adapter
+            bwd(f"{kind}-tiled{int(tiled)}", make_cfg(cell, "bidirectional", layout=1, **opts), tiled=tiled)
         if f16:
             bwd(f"f16-{kind}", make_cfg(cell, "bidirectional", ragged=True, layout=1, **opts), {"lens": RAGGED},
                 f16=True)
@@ -141,6 +144,8 @@ def matrix(f16: bool) -> list[Case]:
     rep = lambda *a, **k: add(*a, replay=True, **k)
     rep("replay-backward-gru-bidirectional-ragged", make_cfg("gru", "bidirectional", ragged=True),
         {"lens": RAGGED}, backward=True)
+    rep("replay-backward-gru-tiled-gemms", make_cfg("gru", "bidirectional", layout=1, ragged=True),
+        {"lens": RAGGED, "I": 70}, backward=True, tiled=True)
     rep("replay-backward-lstm-peepholes-layout1-clip",
         make_cfg("lstm", "bidirectional", layout=1, ragged=True, peepholes=True, clip=0.5),
         {"lens": RAGGED}, backward=True)
@@ -365,6 +370,8 @@ def collect(path: pathlib.Path) -> dict:
             with contextlib.ExitStack() as stack:
                 if case.segment_steps:
                     stack.enter_context(_setattr(plan, "PERSISTENT_SEGMENT_STEPS", case.segment_steps))
+                if case.tiled is not None:
+                    stack.enter_context(_setattr(backward, "GEMM_TILED", case.tiled))
                 events: list[dict] = []
                 if case.replay:
                     stack.enter_context(rec.replay(events))

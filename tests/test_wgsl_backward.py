@@ -101,6 +101,15 @@ def test_gradients_match_xla(name, cell, opts, layout):
     _close(_grads(case, layout, "wgsl"), _grads(case, layout, "xla"), **F32)
 
 
+@pytest.mark.parametrize("tiled", [True, False])
+def test_both_gemm_forms_match_xla(tiled, monkeypatch):
+    # the workgroup-memory GEMMs (hardware adapters) and the barrier-free ones (software adapters)
+    monkeypatch.setattr(backward, "GEMM_TILED", tiled)
+    _name, cell, opts, layout = MATRIX[5]  # LSTM with peepholes, bidirectional, clip, ragged
+    case = random_case(np.random.default_rng(7), cell, L=5, N=4, I=70, H=5, scale=0.4, **opts)
+    _close(_grads(case, layout, "wgsl"), _grads(case, layout, "xla"), **F32)
+
+
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_float16_gradients(cell):
     flags = {"linear_before_reset": 1} if cell == "gru" else {"peep": True}

@@ -28,13 +28,16 @@
 //   4  out   array<f32>  read_write  the gradients (layout: webgpu/backward.py)
 //   5  dims  uniform GDims
 //
-// Overrides: LAYOUT (x's layout), REV0, REV1 (direction slot d runs backwards in time).
+// Overrides: LAYOUT (x's layout), REV0, REV1 (direction slot d runs backwards in time), TILED
+// (stage the slices in workgroup memory; false: the same 4x4 blocking read straight from the
+// buffers, barrier-free, which software adapters run faster: webgpu/backward.py chooses).
 // Dispatch: wgrad, dx: (ceil(Q/64), ceil(P/64), Z) workgroups of 16x16 invocations;
 // colsum: a 2-D grid of ceil(Z·P/64) workgroups of 64 (x ≤ 65535, y spills over).
 
 override LAYOUT: u32 = 0u;
 override REV0: bool = false;
 override REV1: bool = true;
+override TILED: bool = true;
 
 const TP: u32 = 64u;  // output tile side (16x16 invocations, 4x4 outputs each)
 const TK: u32 = 16u;  // reduction slice staged per barrier pair
@@ -118,7 +121,34 @@ fn tile(wid: vec3<u32>, lx: u32, ly: u32, is_dx: bool) {
   let z = wid.z;
   let lin = ly * 16u + lx;
   var acc = array<array<f32, 4>, 4>();
-  for (var k0 = 0u; k0 < dims.KR; k0 += TK) {
+  if !TILED {
+    // rows past P / columns past Q re-read the last valid one (in bounds) and are not stored
+    var ps = array<u32, 4>();
+    var qs = array<u32, 4>();
+    for (var i = 0u; i < 4u; i++) {
+      ps[i] = min(p0 + ly + 16u * i, dims.P - 1u);
+      qs[i] = min(q0 + lx + 16u * i, dims.Q - 1u);
+    }
+    for (var k = 0u; k < dims.KR; k++) {
+      var av = array<f32, 4>();
+      var bv = array<f32, 4>();
+      for (var i = 0u; i < 4u; i++) {
+        if is_dx {
+          av[i] = dx_a(ps[i], k);
+          bv[i] = dx_b(k, qs[i]);
+        } else {
+          av[i] = wgrad_a(z, ps[i], k);
+          bv[i] = wgrad_b(z, k, qs[i]);
+        }
+      }
+      for (var i = 0u; i < 4u; i++) {
+        for (var j = 0u; j < 4u; j++) {
+          acc[i][j] += av[i] * bv[j];
+        }
+      }
+    }
+  }
+  for (var k0 = 0u; TILED && k0 < dims.KR; k0 += TK) {
     // stage A(p0 + c, k0 + kk) and B(k0 + kk, q0 + c) for 4 (kk, c) pairs each; zeros past the edges
     for (var e = 0u; e < 4u; e++) {
       let slot = lin + 256u * e;

@@ -36,6 +36,11 @@ _READBACK = _BU.MAP_READ | _BU.COPY_DST
 STEP_WORKGROUP = 64  # invocations per workgroup of the reverse-time kernels
 TILE = 64  # output tile side of wgrad.wgsl's GEMMs (its `const TP`)
 COLSUM_WORKGROUP = 64  # invocations per workgroup of wgrad.wgsl's colsum
+# The GEMMs stage their operands in workgroup memory (TILED) except on a software adapter: on
+# lavapipe the barrier-free form of the same 4x4 blocking ran the GEMMs of GRU L=16 N=64 H=512
+# in 10 s instead of 18 s (barriers cost per invocation there). None: by the adapter type;
+# tests force either.
+GEMM_TILED: bool | None = None
 _ALIGN_ELEMENTS = 4  # region offsets inside a buffer: whole 16-byte blocks
 
 
@@ -321,7 +326,8 @@ class _Call:
         consts["WG_STEP"] = STEP_WORKGROUP
         kernel = f"{cfg.cell}_backward"
         step_pipes = [rt.pipeline(kernel, e, self.storage, consts) for e in entries(cfg)]
-        gconsts = {"LAYOUT": cfg.layout, "REV0": consts["REV0"]}
+        tiled = GEMM_TILED if GEMM_TILED is not None else rt.adapter_info.get("adapter_type") != "CPU"
+        gconsts = {"LAYOUT": cfg.layout, "REV0": consts["REV0"], "TILED": int(tiled)}
         sched = self._schedule()
         # elementwise kernels: one invocation per unit; mat-vec kernels: per 4 rows x 4 units
         units = sz.D * sz.N * sz.H
