@@ -49,7 +49,7 @@ def main() -> None:
             jax.block_until_ready(f(params, x))
             times.append(time.perf_counter() - t0)
         out[f"{backend}_ms"] = statistics.median(times) * 1e3
-    last = counters.counters().get("by_kind", {}).get("tangent")  # absent before the WGSL tangent
+    last = counters.counters().get("tangent")  # absent before the WGSL tangent
     if last is not None:
         out["tangent_calls"] = last["calls"]
         out["tangent_last"] = {k: counters.counters()["last"][k] for k in (

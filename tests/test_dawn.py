@@ -1,7 +1,7 @@
 """Portability on a second WebGPU implementation: Dawn/Tint (Chrome's WebGPU, npm ``webgpu``).
 
-1. A matrix of ``kernels.forward`` calls (the kernel tests' and more) and ``tangent.tangent``
-   calls (every tangent kernel) runs on wgpu while every
+1. A matrix of ``kernels.forward``, ``tangent.tangent`` and ``backward.backward`` calls (the
+   kernel tests' and more; every tangent and backward kernel) runs on wgpu while every
    specialisation jaxgru asks for is recorded (``Runtime.pipeline``: kernel file, entry point,
    storage, override constants), with the exact module sources (``shaders.source``) and the
    binding tables (``shaders.BINDINGS``).
@@ -40,9 +40,11 @@ import pytest
 import wgsl_support
 from test_webgpu_kernels import BOTH, CELLS, SIG, TANH, TILINGS, VARIANTS, make_cfg, make_operands
 
+from jaxgru._src import shapes
 from jaxgru._src.activations import NAMES, Activation
+from jaxgru._src.cells import spec
 from jaxgru._src.options import RNNConfig
-from jaxgru._src.webgpu import kernels, plan, runtime, shaders, tangent
+from jaxgru._src.webgpu import backward, kernels, plan, runtime, shaders, tangent
 
 pytestmark = pytest.mark.wgsl
 
@@ -61,7 +63,7 @@ RAGGED = [5, 0, 3, 1]
 # --------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One ``kernels.forward`` call of the matrix."""
+    """One ``kernels.forward`` (or, with ``backward``, ``backward.backward``) call of the matrix."""
 
     name: str
     cfg: RNNConfig
@@ -76,6 +78,8 @@ class Case:
     r_storage: str = "auto"  # kernels.forward's r_storage ("f16": R's device copy in f16)
     subgroups: bool = True  # False: as on a device without subgroups (limit_override(subgroups=0))
     tangent: bool = False  # the forward with residuals, then tangent.tangent on its outputs
+    backward: bool = False  # the backward of the call (its y, residuals and cotangents random)
+    tiled: bool | None = None  # backward.GEMM_TILED for this call (None: by the adapter)
 
 
 def matrix(f16: bool) -> list[Case]:
@@ -182,6 +186,33 @@ def matrix(f16: bool) -> list[Case]:
         {"lens": RAGGED}, "stepwise", tangent=True)
     rep("replay-tangent-gru_lbr-forward", make_cfg("gru", ragged=True, linear_before_reset=True),
         {"lens": RAGGED}, "stepwise", tangent=True)
+    bwd = lambda name, cfg, shape=None, **k: add(f"backward-{name}", cfg, shape or {}, backward=True, **k)
+    for kind, (cell, opts) in {**CELLS, "lstm_if": ("lstm", {"input_forget": True})}.items():
+        for direction in DIRECTIONS:  # the backward kernels: every cell variant, direction, layout
+            for layout in (0, 1):
+                bwd(f"{kind}-{direction}-layout{layout}",
+                    make_cfg(cell, direction, layout=layout, ragged=True, **opts), {"lens": RAGGED})
+        bwd(f"{kind}-clip", make_cfg(cell, "bidirectional", clip=0.25, **opts))
+        for tiled in (False, True):  # both forms of the GEMMs, whatever the adapter
+            bwd(f"{kind}-tiled{int(tiled)}", make_cfg(cell, "bidirectional", layout=1, **opts), tiled=tiled)
+        if f16:
+            bwd(f"f16-{kind}", make_cfg(cell, "bidirectional", ragged=True, layout=1, **opts), {"lens": RAGGED},
+                f16=True)
+    for name in NAMES:  # each activation's derivative (alpha/beta) as f, g and h
+        act = Activation(name, 0.7, 0.2)
+        bwd(f"act-{name}", make_cfg("lstm", "bidirectional", acts=((act, TANH, act), (SIG, act, TANH))))
+    # replayed on Dawn's OpenGL ES backend, read-back bytes compared with wgpu's
+    rep = lambda *a, **k: add(*a, replay=True, **k)
+    rep("replay-backward-gru-bidirectional-ragged", make_cfg("gru", "bidirectional", ragged=True),
+        {"lens": RAGGED}, backward=True)
+    rep("replay-backward-gru-tiled-gemms", make_cfg("gru", "bidirectional", layout=1, ragged=True),
+        {"lens": RAGGED, "I": 70}, backward=True, tiled=True)
+    rep("replay-backward-lstm-peepholes-layout1-clip",
+        make_cfg("lstm", "bidirectional", layout=1, ragged=True, peepholes=True, clip=0.5),
+        {"lens": RAGGED}, backward=True)
+    rep("replay-backward-gru_lbr-reverse-activations",
+        make_cfg("gru", "reverse", linear_before_reset=True, acts=((Activation("Elu", 0.7), Activation("Softsign")),)),
+        {"L": 6, "N": 3, "I": 5, "H": 7}, backward=True)
     rep("replay-gru-stepwise-bidirectional-ragged",
         make_cfg("gru", "bidirectional", ragged=True), {"lens": RAGGED}, "stepwise")
     rep("replay-gru_lbr-persistent-reverse-layout1-segments",
@@ -420,11 +451,16 @@ def collect(path: pathlib.Path) -> dict:
                 if case.tiling:
                     forced = lambda geo, limits, n=None, t=case.tiling: plan.Tiling(*t, geo.N if n is None else n)
                     stack.enter_context(_setattr(plan, "tiling", forced))
+                if case.tiled is not None:
+                    stack.enter_context(_setattr(backward, "GEMM_TILED", case.tiled))
                 events: list[dict] = []
                 if case.replay:
                     stack.enter_context(rec.replay(events))
-                outs = kernels.forward(case.cfg, ops, residuals=case.residuals or case.tangent, variant=case.variant,
-                                       r_storage=case.r_storage)
+                if case.backward:
+                    backward.backward(case.cfg, [*ops, *backward_tail(case.cfg, ops, case.shape.get("seed", 0))])
+                else:
+                    outs = kernels.forward(case.cfg, ops, residuals=case.residuals or case.tangent,
+                                           variant=case.variant, r_storage=case.r_storage)
                 if case.tangent:
                     dtype = np.float16 if case.f16 else np.float32
                     tans = make_operands(case.cfg, **{**case.shape, "seed": 7}, dtype=dtype)[:-1]
@@ -445,6 +481,17 @@ def collect(path: pathlib.Path) -> dict:
     }
     path.write_text(json.dumps(data))
     return data
+
+
+def backward_tail(cfg: RNNConfig, ops: list[np.ndarray], seed: int) -> list[np.ndarray]:
+    """Random y, residuals and output cotangents of the right shapes for a backward call."""
+    rng = np.random.default_rng(seed + 100)
+    length, batch, _, hidden, d = shapes.sizes(cfg, ops[0], ops[2])
+    y = shapes.y_shape(cfg.layout, length, d, batch, hidden)
+    state = shapes.state_shape(cfg, batch, hidden)
+    res = shapes.residual_shape(cfg, length, batch, hidden)
+    f = lambda s, dt=ops[0].dtype: (rng.standard_normal(s) * 0.5).astype(dt)
+    return [f(y), f(res, np.float32), f(y), *(f(state) for _ in range(spec(cfg.cell).num_states))]
 
 
 @contextlib.contextmanager

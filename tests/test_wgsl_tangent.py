@@ -107,7 +107,7 @@ def test_jvp_feature_matrix_matches_xla(name, opts, layout):
     counters.reset_counters()
     got = jax.jit(lambda a, t: jax.jvp(f("wgsl"), a, t))(args, tangents)
     _close(want, got)
-    kinds = counters.counters()["by_kind"]
+    kinds = counters.counters()
     assert kinds["tangent"]["calls"] == 1 and kinds["forward"]["calls"] == 1  # both ran on the device
 
 
@@ -177,7 +177,7 @@ def test_batch_chunks_and_counters():
     run = jax.jit(lambda a, t: jax.jvp(f("wgsl"), a, t))
     counters.reset_counters()
     _close(want, run(args, tangents))
-    last = counters.counters()["by_kind"]["tangent"]
+    last = counters.counters()["tangent"]
     assert last["submits"] == 1 and last["passes"] == 1
     # prep (Wᵀ|dWᵀ, Rᵀ|dRᵀ, bias tangents) + the projection + two dispatches per step (lbr=0)
     assert last["dispatches"] == 3 + 1 + 2 * 6
@@ -186,7 +186,7 @@ def test_batch_chunks_and_counters():
     with runtime.limit_override(max_storage_buffer_binding_size=2048):  # 2 chunks: rows of 3, 2
         counters.reset_counters()
         got = jax.block_until_ready(jax.jit(lambda a, t: jax.jvp(f("wgsl"), a, t))(args, tangents))
-        assert counters.counters()["by_kind"]["tangent"]["dispatches"] == 3 + 2 * (1 + 2 * 6)
+        assert counters.counters()["tangent"]["dispatches"] == 3 + 2 * (1 + 2 * 6)
     _close(want, got)
 
 
@@ -209,7 +209,7 @@ def test_jacfwd_and_shard_map():
     t = jax.tree.map(jnp.ones_like, (params, x))
     counters.reset_counters()
     got = jax.block_until_ready(jax.jit(lambda p, x: jax.jvp(f("wgsl"), (p, x), t))(params, x))
-    assert counters.counters()["by_kind"]["tangent"]["calls"] == 4  # one per device, on its shard
+    assert counters.counters()["tangent"]["calls"] == 4  # one per device, on its shard
     _close(_jvp(f("xla"), (params, x), t), got)
 
 
@@ -303,8 +303,8 @@ def test_projected_jvp_matches_xla(name, opts):
     got = jax.jit(lambda a, t: jax.jvp(f("wgsl"), a, t))(args, tangents)
     _close(want, got)
     assert got[1][1].shape[-1] == opts["P"] and got[1][2].shape[-1] == 5  # dY_h has P features, dY_c H
-    tan = counters.counters()["by_kind"]["tangent"]
-    assert tan["calls"] == 1 and counters.counters()["by_kind"]["forward"]["calls"] == 1
+    tan = counters.counters()["tangent"]
+    assert tan["calls"] == 1 and counters.counters()["forward"]["calls"] == 1
     # prep (Wᵀ|dWᵀ, Rᵀ|dRᵀ, projt|dprojt, the bias tangents[, P|dP]) + projection + 2 per step
     assert tan["dispatches"] == 4 + int(bool(opts.get("peepholes"))) + 1 + 2 * 5
 
@@ -344,7 +344,7 @@ def test_projected_float16_and_ensemble():
     jvp = lambda be: lambda p, tp: jax.jvp(lambda p: f(be)(p, x, s), (p,), (tp,))
     counters.reset_counters()
     got = jax.jit(jax.vmap(jvp("wgsl")))(ens, t_ens)
-    assert counters.counters()["by_kind"]["tangent"]["calls"] == 1  # one call for both members
+    assert counters.counters()["tangent"]["calls"] == 1  # one call for both members
     _close(jax.jit(jax.vmap(jvp("xla")))(ens, t_ens), got)
 
 
@@ -354,7 +354,7 @@ def test_projected_batch_chunks():
     with runtime.limit_override(max_storage_buffer_binding_size=1536):  # rows of P4 > H4 vec4s, in chunks
         counters.reset_counters()
         got = jax.block_until_ready(jax.jit(lambda a, t: jax.jvp(f("wgsl"), a, t))(args, tangents))
-        dispatches = counters.counters()["by_kind"]["tangent"]["dispatches"]
+        dispatches = counters.counters()["tangent"]["dispatches"]
     chunks = (dispatches - 4) // (1 + 2 * 5)  # 4 prep, then per chunk the projection and 2 per step
     assert chunks > 1 and dispatches == 4 + chunks * (1 + 2 * 5)
     _close(want, got)

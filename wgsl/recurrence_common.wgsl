@@ -2,8 +2,8 @@
 // table, index helpers, activations, the recurrent mat-vec and the output stores.
 //
 // Module = `enable f16;` (f16 storage only) + `alias ST = f32|f16;` + `alias RT = f32|f16;`
-// (R's device element type: ST, or f16 with f32 storage, plan.r_storage) + this file + the generated
-// `fn act(kind, x, A, B)` (one `case` per activation of jaxgru/_src/activations.py, ids =
+// (R's device element type: ST, or f16 with f32 storage, plan.r_storage) + this file +
+// activations.wgsl + the generated `fn act(kind, x, A, B)` (one `case` per activation of jaxgru/_src/activations.py, ids =
 // Activation.kind_id) + gru.wgsl or lstm.wgsl (their entry points).
 //
 // Shapes: D directions, L steps, N batch rows (of this chunk), H hidden units, H4 = ceil(H/4),
@@ -114,33 +114,7 @@ struct Sched {
 // Persistent kernels: the hidden state of the workgroup's rows (layout set by the kernel).
 var<workgroup> hs: array<vec4<f32>, HS_LEN>;
 
-// ---- activations (overflow-free helpers used by the generated `act`) ---------------------
-// NaN test on the bits: WGSL's min/max/clamp return the non-NaN operand and compilers may
-// assume `x != x` is false, so NaN is recognised by its exponent and mantissa instead.
-fn is_nan_(x: f32) -> bool {
-  return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
-}
-
-// `v`, or `x` when `x` is NaN: the activations propagate NaN as jnp's do (clamps would map it
-// to a bound).
-fn keep_nan(x: f32, v: f32) -> f32 {
-  return select(v, x, is_nan_(x));
-}
-
-fn sigmoid_(x: f32) -> f32 {
-  let e = exp(-abs(x));
-  return select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
-}
-
-// log(1 + e^x) = max(x, 0) + log1p(e^-|x|). log1p(e) by its series below 0.05 (error < e^6/6),
-// where log(1 + e) would lose the digits of a small e; no tricks that fast-math compilers
-// (e.g. GL drivers folding (1 + e) - 1 to e) can break.
-fn softplus_(x: f32) -> f32 {
-  let e = exp(-abs(x));
-  let series = e * (1.0 - e * (0.5 - e * (1.0 / 3.0 - e * (0.25 - e * 0.2))));
-  return max(x, 0.0) + select(log(1.0 + e), series, e < 0.05);
-}
-
+// ---- activations: helpers in activations.wgsl, `act` generated (see the header) ----------
 fn clip_(x: f32) -> f32 {
   if HAS_CLIP {
     return keep_nan(x, clamp(x, -CLIP, CLIP));

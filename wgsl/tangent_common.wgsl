@@ -1,5 +1,5 @@
 // tangent_common.wgsl — what the tangent (forward-mode) recurrences share, after
-// recurrence_common.wgsl and the generated `act` and `act_deriv` switches.
+// recurrence_common.wgsl, activations.wgsl and the generated `act` and `act_d` switches.
 //
 // Bindings: recurrence_common's table (family "recurrence"), holding in the tangent kernels:
 //   0  xp      E [D, L, N, G, H4], time order: d(X·Wᵀ + b) + h·dRᵀ (tangent_proj.wgsl)
@@ -21,21 +21,7 @@ const S_A: u32 = 4u;   // LSTM: dc;  GRU lbr=0: dz (phase 1 -> 2)
 const S_B: u32 = 5u;   // LSTM: the forward's c before the step;  GRU lbr=0: u = dr⊙hp + r⊙dh
 const S_C: u32 = 6u;   // GRU lbr=0: v = r⊙hp
 
-// ---- derivatives used by the generated act_deriv (ties split 0.5 / 0.5, as jax's max/clip) --
-fn relu_d_(x: f32) -> f32 {
-  return select(select(0.0, 0.5, x == 0.0), 1.0, x > 0.0);
-}
-
-fn tanh_d_(x: f32) -> f32 {
-  let t = tanh(clamp(x, -10.0, 10.0));
-  return 1.0 - t * t;
-}
-
-fn sigmoid_d_(x: f32) -> f32 {
-  let s = sigmoid_(x);
-  return s * (1.0 - s);
-}
-
+// d clip(v, lo, hi) / dv: 1 inside, 0 outside, 0.5 on a bound (jax's jvp of max/min at a tie)
 fn clip_d_(v: f32, lo: f32, hi: f32) -> f32 {
   return select(select(0.0, 0.5, v == lo || v == hi), 1.0, v > lo && v < hi);
 }
@@ -51,23 +37,23 @@ fn clip_dx(x: f32) -> f32 {
 // d/dx of act_f / act_g (clipped inputs) and act_h (never clipped)
 fn dact_f(d: u32, x: f32) -> f32 {
   if d == 0u {
-    return act_deriv(ACT_F0, clip_(x), ALPHA_F0, BETA_F0) * clip_dx(x);
+    return act_d(ACT_F0, clip_(x), ALPHA_F0, BETA_F0) * clip_dx(x);
   }
-  return act_deriv(ACT_F1, clip_(x), ALPHA_F1, BETA_F1) * clip_dx(x);
+  return act_d(ACT_F1, clip_(x), ALPHA_F1, BETA_F1) * clip_dx(x);
 }
 
 fn dact_g(d: u32, x: f32) -> f32 {
   if d == 0u {
-    return act_deriv(ACT_G0, clip_(x), ALPHA_G0, BETA_G0) * clip_dx(x);
+    return act_d(ACT_G0, clip_(x), ALPHA_G0, BETA_G0) * clip_dx(x);
   }
-  return act_deriv(ACT_G1, clip_(x), ALPHA_G1, BETA_G1) * clip_dx(x);
+  return act_d(ACT_G1, clip_(x), ALPHA_G1, BETA_G1) * clip_dx(x);
 }
 
 fn dact_h(d: u32, x: f32) -> f32 {
   if d == 0u {
-    return act_deriv(ACT_H0, x, ALPHA_H0, BETA_H0);
+    return act_d(ACT_H0, x, ALPHA_H0, BETA_H0);
   }
-  return act_deriv(ACT_H1, x, ALPHA_H1, BETA_H1);
+  return act_d(ACT_H1, x, ALPHA_H1, BETA_H1);
 }
 
 fn df4(d: u32, v: vec4<f32>) -> vec4<f32> {

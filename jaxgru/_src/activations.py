@@ -26,9 +26,10 @@ class _Kind:
     # WGSL expression of `x` (f32), `A` and `B` (f32 constants). NaN in, NaN out wherever the
     # jnp form gives NaN (`keep_nan`): WGSL's max/min/clamp would map a NaN to a bound.
     wgsl: str
-    # WGSL expression of d/dx of ``wgsl`` (same names), equal to what ``jax.jvp`` of ``fn`` gives,
-    # ties included (jnp.maximum / jnp.clip split a tie 0.5 / 0.5). Helpers: wgsl/tangent_common.wgsl.
-    wgsl_deriv: str
+    # WGSL expression of the derivative d fn / dx, as ``jax.jvp`` of ``fn`` gives it (the
+    # backward kernels): at a tie of max/clip (Relu at 0, HardSigmoid at 0 or 1) jax's jvp
+    # gives 0.5, and so does this. Helpers: wgsl/activations.wgsl.
+    wgsl_d: str
 
 
 def _softplus(x: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
@@ -36,41 +37,53 @@ def _softplus(x: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
     return jax.nn.softplus(x)
 
 
-_KINDS = (
-    _Kind("Relu", False, False, 0.0, 0.0, lambda x, a, b: jnp.maximum(x, 0), "keep_nan(x, max(x, 0.0))",
-          "relu_d_(x)"),
+_KINDS = (  # name, takes alpha, takes beta, alpha, beta, jnp form, WGSL form, WGSL derivative
     _Kind(
-        "Tanh", False, False, 0.0, 0.0, lambda x, a, b: jnp.tanh(x),
-        "keep_nan(x, tanh(clamp(x, -10.0, 10.0)))", "tanh_d_(x)",
+        "Relu", False, False, 0.0, 0.0, lambda x, a, b: jnp.maximum(x, 0),
+        "keep_nan(x, max(x, 0.0))",
+        "select(select(0.0, 0.5, x == 0.0), 1.0, x > 0.0)",
     ),
     _Kind(
-        "Sigmoid", False, False, 0.0, 0.0, lambda x, a, b: jax.nn.sigmoid(x), "keep_nan(x, sigmoid_(x))",
-        "sigmoid_d_(x)",
+        "Tanh", False, False, 0.0, 0.0, lambda x, a, b: jnp.tanh(x),
+        "keep_nan(x, tanh(clamp(x, -10.0, 10.0)))",
+        "dtanh_(x)",
+    ),
+    _Kind(
+        "Sigmoid", False, False, 0.0, 0.0, lambda x, a, b: jax.nn.sigmoid(x),
+        "keep_nan(x, sigmoid_(x))",
+        "dsigmoid_(x)",
     ),
     _Kind("Affine", True, True, 1.0, 0.0, lambda x, a, b: a * x + b, "A * x + B", "A"),
     _Kind(
         "LeakyRelu", True, False, 0.01, 0.0, lambda x, a, b: jnp.where(x >= 0, x, a * x),
-        "select(A * x, x, x >= 0.0)", "select(A, 1.0, x >= 0.0)",
+        "select(A * x, x, x >= 0.0)",
+        "select(A, 1.0, x >= 0.0)",
     ),
     _Kind(
         "ThresholdedRelu", True, False, 1.0, 0.0, lambda x, a, b: jnp.where(x > a, x, 0),
-        "select(0.0, x, x > A)", "select(0.0, 1.0, x > A)",
+        "select(0.0, x, x > A)",
+        "select(0.0, 1.0, x > A)",
     ),
     _Kind(
         "ScaledTanh", True, True, 1.0, 1.0, lambda x, a, b: a * jnp.tanh(b * x),
-        "A * keep_nan(B * x, tanh(clamp(B * x, -10.0, 10.0)))", "A * B * tanh_d_(B * x)",
+        "A * keep_nan(B * x, tanh(clamp(B * x, -10.0, 10.0)))",
+        "A * B * dtanh_(B * x)",
     ),
     _Kind(
         "HardSigmoid", True, True, 0.2, 0.5, lambda x, a, b: jnp.clip(a * x + b, 0, 1),
-        "keep_nan(A * x + B, clamp(A * x + B, 0.0, 1.0))", "A * clip_d_(A * x + B, 0.0, 1.0)",
+        "keep_nan(A * x + B, clamp(A * x + B, 0.0, 1.0))",
+        "A * dclamp01_(A * x + B)",
     ),
     _Kind(
         "Elu", True, False, 1.0, 0.0, lambda x, a, b: jnp.where(x >= 0, x, a * jnp.expm1(jnp.minimum(x, 0))),
         "keep_nan(x, select(A * (exp(min(x, 0.0)) - 1.0), x, x >= 0.0))",
         "select(A * exp(min(x, 0.0)), 1.0, x >= 0.0)",
     ),
-    _Kind("Softsign", False, False, 0.0, 0.0, lambda x, a, b: x / (1 + jnp.abs(x)), "x / (1.0 + abs(x))",
-          "1.0 / ((1.0 + abs(x)) * (1.0 + abs(x)))"),
+    _Kind(
+        "Softsign", False, False, 0.0, 0.0, lambda x, a, b: x / (1 + jnp.abs(x)),
+        "x / (1.0 + abs(x))",
+        "1.0 / ((1.0 + abs(x)) * (1.0 + abs(x)))",
+    ),
     _Kind("Softplus", False, False, 0.0, 0.0, _softplus, "keep_nan(x, softplus_(x))", "sigmoid_(x)"),
 )
 _BY_NAME = {k.name.lower(): k for k in _KINDS}
@@ -104,9 +117,9 @@ class Activation:
         """The activation as a WGSL expression of ``x``, ``A`` and ``B``."""
         return _BY_NAME[self.name.lower()].wgsl
 
-    def wgsl_deriv(self) -> str:
-        """The activation's derivative as a WGSL expression of ``x``, ``A`` and ``B``."""
-        return _BY_NAME[self.name.lower()].wgsl_deriv
+    def wgsl_derivative(self) -> str:
+        """Its derivative with respect to ``x`` as a WGSL expression of ``x``, ``A`` and ``B``."""
+        return _BY_NAME[self.name.lower()].wgsl_d
 
 
 def lookup(name: object) -> _Kind | None:

@@ -1,6 +1,7 @@
 """Lowerings of the primitives: the ``lax.scan`` reference (``xla``) for every primitive, and the
-host callback into the WGSL kernels (``wgsl``) for the forward and the tangent map, and on the ``cpu``
-platform the native FFI kernels (``cpu``, native.py) for the forward and the backward's recurrence.
+host callbacks into the WGSL kernels (``wgsl``) for the forward, the tangent map and the backward,
+and on the ``cpu`` platform the native FFI kernels (``cpu``, native.py) for the forward and the
+backward's recurrence.
 
 The ensemble axis (``ensemble > 0``: every operand and output has a leading axis of that size)
 runs the reference one member at a time under ``jax.vmap``.
@@ -170,5 +171,18 @@ def tangent_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int) -> Any:
 
 
 def backward_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int) -> Any:
-    fn = _follow_x(cfg, ensemble, _operand_kinds(cfg, "backward"), reference_backward(cfg, ensemble))
+    # the forward's backend: a wgsl forward (whose residuals are on the host already) gets the
+    # wgsl backward; its residuals are uploaded, not recomputed (docs/wgsl.md says why)
+    # (cpu here: a call the native lowering does not take, see cpu_backward_lowering; a projected
+    # LSTM has no WGSL backward kernel yet)
+    backend = backends.lowered(cfg, for_export(ctx))
+    if backend in ("xla", "cpu") or (backend == "wgsl" and cfg.proj):
+        fn = reference_backward(cfg, ensemble)
+    elif backend == "wgsl":
+        from jaxgru._src.webgpu import callback  # imports wgpu: only when used
+
+        fn = callback.make_backward(ctx, cfg, ensemble)
+    else:
+        raise NotImplementedError(f"jaxgru: no lowering for backend {backend!r}.")
+    fn = _follow_x(cfg, ensemble, _operand_kinds(cfg, "backward"), fn)
     return mlir.lower_fun(fn, multiple_results=True)(ctx, *ops)

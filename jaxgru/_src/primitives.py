@@ -12,9 +12,9 @@ For cell in {gru, lstm}:
 
 ``ensemble > 0`` means every operand and output has a leading axis of that size (independent
 members, e.g. vmapped weights). Shape rules: shapes.py; lowerings: lowering.py (``xla``: the
-``lax.scan`` reference everywhere; ``wgsl``: the forward's host callback into the WGSL
-kernels; ``cpu``: the forward's XLA FFI call into the native kernels, on the cpu platform);
-jvp, transpose and batching: rules.py.
+``lax.scan`` reference everywhere; ``wgsl``: host callbacks into the WGSL kernels for the
+forward, the tangent and the backward; ``cpu``: XLA FFI calls into the native kernels for the
+forward and the backward's recurrence, on the cpu platform); jvp, transpose and batching: rules.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The ``wgsl`` lowerings of the forward and tangent primitives: host callbacks into
-``kernels.forward`` and ``tangent.tangent``.
+"""The ``wgsl`` lowerings of the forward, tangent and backward primitives: host callbacks into
+``kernels.forward``, ``tangent.tangent`` and ``backward.backward``.
 
 On the CPU platform the callback is ``jax.experimental.buffer_callback``: it sees XLA's own
 buffers as numpy views (no copy in) and writes the results straight into XLA's output
@@ -18,7 +18,7 @@ import numpy as np
 from jaxgru._src import compat
 from jaxgru._src.cells import spec
 from jaxgru._src.options import RNNConfig
-from jaxgru._src.webgpu import kernels
+from jaxgru._src.webgpu import backward, kernels
 
 # host(operands, out): runs a primitive on numpy operands; writes into ``out`` (XLA's output
 # buffers) when given, else returns the outputs
@@ -76,3 +76,16 @@ def make_tangent(ctx: compat.mlir.LoweringRuleContext, cfg: RNNConfig, ensemble:
     n = len(spec(cfg.cell).operands_for(cfg))
     return _host_call(ctx, lambda a, out: tangent.tangent(cfg, a[:n], a[n], a[n + 1], a[n + 2 :],
                                                           ensemble=ensemble, out=out))
+
+
+def make_backward(ctx: compat.mlir.LoweringRuleContext, cfg: RNNConfig, ensemble: int) -> Callable[..., list]:
+    """The WGSL backward as a function of its operands (primals, y, res, output cotangents).
+
+    Args:
+      ctx: the MLIR lowering context.
+      cfg, ensemble: the primitive's static parameters.
+
+    Returns:
+      ``fn(*operands) -> the operands' cotangents``, as ``reference.backward``.
+    """
+    return _host_call(ctx, lambda arrays, out: backward.backward(cfg, arrays, ensemble=ensemble, out=out))

@@ -1,10 +1,12 @@
-"""Per-call and cumulative counters of the WebGPU backend (for tests and benchmarks)."""
+"""Per-call and cumulative counters of the WebGPU backend (for tests and benchmarks): every
+call, and the totals of the forward and of the backward calls apart."""
 
 from __future__ import annotations
 
 import dataclasses
 import threading
 
+KINDS = ("forward", "tangent", "backward")  # what a call ran: kernels.forward, tangent.tangent, backward.backward
 _INT_FIELDS = ("calls", "dispatches", "passes", "submits", "bytes_uploaded", "bytes_read_back")
 _TIME_FIELDS = ("host_prepare_s", "host_upload_s", "host_record_s", "host_wait_s", "host_readback_s",
                 "host_total_s")
@@ -16,7 +18,6 @@ class CallStats:
 
     Attributes:
       calls: number of calls counted (1 for a single call).
-      kind: what the call computed: ``"forward"`` or ``"tangent"`` (the forward-mode derivative).
       dispatches: compute dispatches recorded.
       passes: compute passes recorded.
       submits: ``queue.submit`` calls (1 per call by design).
@@ -31,7 +32,10 @@ class CallStats:
       host_wait_s: from submit until the read-back buffer is mapped (includes GPU time).
       host_readback_s: copying mapped bytes out and assembling the outputs.
       host_total_s: wall time of the whole call.
-      variant: the recurrence variant used ("persistent", "stepwise" or "tiled").
+      variant: the forward's recurrence variant ("persistent", "stepwise" or "tiled"; the tangent:
+        "stepwise"; "" for a backward).
+      kind: what the call computed: "forward" (``kernels.forward``), "tangent" (``tangent.tangent``,
+        the forward-mode derivative) or "backward" (``backward.backward``).
     """
 
     calls: int = 0
@@ -67,25 +71,28 @@ class Counters:
         self._lock = threading.Lock()
         self._last = CallStats()
         self._total = CallStats()
-        self._by_kind: dict[str, CallStats] = {}
+        self._kinds = {k: CallStats(kind=k) for k in KINDS}
 
     def record(self, stats: CallStats) -> None:
-        """Make ``stats`` the last call and add it to the totals (overall and of its kind)."""
+        """Make ``stats`` the last call and add it to the totals (and to its kind's)."""
         with self._lock:
             self._last = dataclasses.replace(stats)
             self._total.add(stats)
-            self._by_kind.setdefault(stats.kind, CallStats(kind=stats.kind)).add(stats)
+            if stats.kind in self._kinds:
+                self._kinds[stats.kind].add(stats)
 
     def snapshot(self) -> dict[str, dict]:
-        """Copies of the last call, the totals and the totals per kind as dicts."""
+        """Copies of the last call, the totals and each kind's totals as dicts."""
         with self._lock:
-            return {"last": dataclasses.asdict(self._last), "total": dataclasses.asdict(self._total),
-                    "by_kind": {k: dataclasses.asdict(v) for k, v in sorted(self._by_kind.items())}}
+            out = {"last": dataclasses.asdict(self._last), "total": dataclasses.asdict(self._total)}
+            out.update({k: dataclasses.asdict(v) for k, v in self._kinds.items()})
+            return out
 
     def reset(self) -> None:
         """Forget everything."""
         with self._lock:
-            self._last, self._total, self._by_kind = CallStats(), CallStats(), {}
+            self._last, self._total = CallStats(), CallStats()
+            self._kinds = {k: CallStats(kind=k) for k in KINDS}
 
 
 COUNTERS = Counters()
@@ -95,24 +102,26 @@ def counters() -> dict[str, dict]:
     """The counters of the last ``wgsl`` call and the totals since start (or the last reset),
     overall and per kind of call (the forward, the tangent of ``jax.jvp`` / ``jax.linearize``).
 
+    A ``jax.grad`` of a ``wgsl`` layer makes two calls: the forward (with residuals) and the
+    backward; ``"forward"`` and ``"backward"`` hold the totals of each kind apart.
     Reading them touches no device: without an adapter, or before any ``wgsl`` call, every
     count is zero.
 
     Returns:
-      ``{"last": {...}, "total": {...}, "by_kind": {kind: {...}}}``: dicts with the same keys
-        (``by_kind`` holds one per kind of call made: ``"forward"``, ``"tangent"``): ``calls``, ``kind``,
+      ``{"last": {...}, "total": {...}, "forward": {...}, "tangent": {...}, "backward": {...}}``:
+        the last call, the totals and each kind's totals, dicts with the same keys: ``calls``, ``kind``,
         ``dispatches``, ``passes``, ``submits``, ``bytes_uploaded``, ``bytes_read_back``,
         ``gpu_ns`` (None unless ``jaxgru.webgpu.set_timestamps`` turned timestamps on), the
         host times ``host_prepare_s``, ``host_upload_s``, ``host_record_s``, ``host_wait_s``,
         ``host_readback_s``, ``host_total_s`` (seconds), and ``variant`` (``"persistent"``, ``"tiled"`` or
-        ``"stepwise"``; the tangent always runs stepwise). They are copies: later calls do not
-        change them.
+        ``"stepwise"``; the tangent always runs stepwise; "" for a backward). They are copies: later
+        calls do not change them.
 
     Examples:
       >>> import jaxgru.webgpu
       >>> c = jaxgru.webgpu.counters()
       >>> sorted(c)
-      ['by_kind', 'last', 'total']
+      ['backward', 'forward', 'last', 'tangent', 'total']
       >>> "dispatches" in c["last"] and c["total"]["calls"] >= 0
       True
     """

@@ -97,7 +97,8 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
         attempts: list[CallStats] = []
 
         def attempt(rt: runtime.Runtime) -> None:
-            call = _Call(rt, cfg, geo, storage, module, variant, CallStats(calls=1, host_prepare_s=prepare_s))
+            call = _Call(rt, cfg, geo, storage, module, variant,
+                         CallStats(calls=1, kind="forward", host_prepare_s=prepare_s))
             attempts[:] = [call.stats]
             call.run(prepared, dests, ensemble > 0)
 
@@ -105,6 +106,28 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
         attempts[-1].host_total_s = time.perf_counter() - t0
         COUNTERS.record(attempts[-1])
     return tuple(dests)
+
+
+def cell_constants(cfg: RNNConfig, hidden: int) -> dict[str, float]:
+    """The override constants of a cell's options, shared by the forward and backward kernels:
+    G, K, H, LAYOUT, the directions, clip, activations, the cell's flags and PEEPHOLES."""
+    cell = spec(cfg.cell)
+    # G and K come from the cell's table (cells.py): the kernels declare them without a default
+    c: dict[str, float] = {"G": cell.num_gates, "K": cell.residuals(cfg), "H": hidden, "LAYOUT": cfg.layout}
+    c["REV0"] = int(cfg.reversed_dirs[0])
+    if cfg.clip is not None:
+        c.update(HAS_CLIP=1, CLIP=cfg.clip)
+    for d, acts in enumerate(cfg.activations):
+        for role, a in zip(_ROLES, acts, strict=False):
+            c[f"ACT_{role}{d}"] = a.kind_id
+            c[f"ALPHA_{role}{d}"] = a.alpha
+            c[f"BETA_{role}{d}"] = a.beta
+    for o in flags_for(cfg.cell):  # the cell's boolean options, each its override constant
+        assert o.wgsl is not None, o.name
+        c[o.wgsl] = int(getattr(cfg, o.name))
+    if cell.peepholes:
+        c["PEEPHOLES"] = int(cfg.peepholes)
+    return c
 
 
 @dataclasses.dataclass
@@ -201,24 +224,9 @@ class _Call:
 
     # ---- pipelines ---------------------------------------------------------------------
     def _recurrence_constants(self) -> dict[str, float]:
-        cfg, geo = self.cfg, self.geo
-        cell = spec(cfg.cell)
-        # G and K come from the cell's table (cells.py): the kernels declare them without a default
-        c: dict[str, float] = {"G": geo.G, "K": cell.residuals(cfg), "H": geo.H, "LAYOUT": cfg.layout,
-                               "RESIDUALS": int(geo.K > 0)}
-        c["REV0"] = int(cfg.reversed_dirs[0])
-        if cfg.clip is not None:
-            c.update(HAS_CLIP=1, CLIP=cfg.clip)
-        for d, acts in enumerate(cfg.activations):
-            for role, a in zip(_ROLES, acts, strict=False):
-                c[f"ACT_{role}{d}"] = a.kind_id
-                c[f"ALPHA_{role}{d}"] = a.alpha
-                c[f"BETA_{role}{d}"] = a.beta
-        for o in flags_for(cfg.cell):  # the cell's boolean options, each its override constant
-            assert o.wgsl is not None, o.name
-            c[o.wgsl] = int(getattr(cfg, o.name))
-        if cell.peepholes:
-            c["PEEPHOLES"] = int(cfg.peepholes)
+        geo = self.geo
+        c = cell_constants(self.cfg, geo.H)
+        c["RESIDUALS"] = int(geo.K > 0)
         if geo.P:  # only then: an unprojected call's pipelines keep their constants
             c.update(PROJ=1, P=geo.P, S4=geo.S4, PROJ_OFF=geo.projt_offset)
         c["NB"] = self.plan.nb

@@ -19,6 +19,8 @@ BINDINGS: dict[str, dict[int, str]] = {
     },
     "prep": {0: RO, 1: RW},
     "tangent_proj": {0: RO, 1: RO, 2: RO, 3: RO, 4: RW, 5: RO, 6: RO, 7: RO, 8: UNIFORM},
+    "backward": {0: RO, 1: RO, 2: RO, 3: RW, 4: RW, 5: RW, 6: UNIFORM, 7: UNIFORM_DYNAMIC},
+    "wgrad": {0: RO, 1: RO, 2: RO, 3: RO, 4: RW, 5: UNIFORM},
 }
 
 # kernel file -> its binding family
@@ -27,6 +29,7 @@ FAMILY = {
     "lstm_tiled": "recurrence", "gru_tiled_sg": "recurrence", "lstm_tiled_sg": "recurrence",
     "prep_t": "prep", "prep_bias": "prep",
     "tangent_proj": "tangent_proj", "gru_tangent": "recurrence", "lstm_tangent": "recurrence",
+    "gru_backward": "backward", "lstm_backward": "backward", "wgrad": "wgrad",
 }
 # Tiled kernel -> the files its module is assembled from after the recurrence prelude: the
 # cell's per-row math, the tiles, the k-split reduction (workgroup memory, or subgroups for the
@@ -35,7 +38,7 @@ TILED = {
     f"{cell}_tiled{sg}": (cell, "recurrence_tiled", f"tile_reduce_{'sg' if sg else 'wg'}", f"{cell}_tiled")
     for cell in ("gru", "lstm") for sg in ("", "_sg")
 }
-# recurrence kernels that also need the activations' derivatives (act_deriv, tangent_common.wgsl)
+# recurrence kernels that also need the activations' derivatives (act_d, tangent_common.wgsl)
 TANGENT_KERNELS = ("gru_tangent", "lstm_tangent")
 
 
@@ -60,27 +63,16 @@ def _read(name: str) -> str:
     return (wgsl_dir() / f"{name}.wgsl").read_text(encoding="utf-8")
 
 
-def activation_switch() -> str:
-    """``fn act(kind, x, A, B)``: one case per ONNX activation, from activations.py."""
-    cases = "".join(
-        f"    case {i}u: {{ return {Activation(name).wgsl()}; }}\n" for i, name in enumerate(NAMES)
-    )
+def activation_switch(derivative: bool = False) -> str:
+    """``fn act(kind, x, A, B)`` (or, with ``derivative``, ``fn act_d``: d act / dx): one case per
+    ONNX activation, from activations.py."""
+    name_, form = ("act_d", Activation.wgsl_derivative) if derivative else ("act", Activation.wgsl)
+    cases = "".join(f"    case {i}u: {{ return {form(Activation(name))}; }}\n" for i, name in enumerate(NAMES))
+    default = "1.0" if derivative else "x"
     return (
         "\n// generated from jaxgru/_src/activations.py (case = Activation.kind_id)\n"
-        "fn act(kind: u32, x: f32, A: f32, B: f32) -> f32 {\n"
-        f"  switch kind {{\n{cases}    default: {{ return x; }}\n  }}\n}}\n"
-    )
-
-
-def derivative_switch() -> str:
-    """``fn act_deriv(kind, x, A, B)``: d/dx of ``act``, one case per activation, from activations.py."""
-    cases = "".join(
-        f"    case {i}u: {{ return {Activation(name).wgsl_deriv()}; }}\n" for i, name in enumerate(NAMES)
-    )
-    return (
-        "\n// generated from jaxgru/_src/activations.py (case = Activation.kind_id)\n"
-        "fn act_deriv(kind: u32, x: f32, A: f32, B: f32) -> f32 {\n"
-        f"  switch kind {{\n{cases}    default: {{ return 1.0; }}\n  }}\n}}\n"
+        f"fn {name_}(kind: u32, x: f32, A: f32, B: f32) -> f32 {{\n"
+        f"  switch kind {{\n{cases}    default: {{ return {default}; }}\n  }}\n}}\n"
     )
 
 
@@ -94,7 +86,7 @@ def source(kernel: str, storage: str, tint: bool = False) -> str:
     """The full WGSL module text of a kernel file for a storage type.
 
     Args:
-      kernel: a key of ``FAMILY`` (a forward, tiled, tangent or prep kernel).
+      kernel: a key of ``FAMILY`` (a .wgsl file with entry points: forward, tiled, tangent, backward, prep).
       storage: a key of ``STORAGES``: "f32" or "f16" (the element type ``ST`` of x, weights
         and outputs, and ``RT`` of R's device copy), or "f32+r16" (ST f32, RT f16).
       tint: the text for Tint (Dawn): the subgroup kernels start with ``enable subgroups;``,
@@ -107,11 +99,15 @@ def source(kernel: str, storage: str, tint: bool = False) -> str:
     header = ("enable f16;\n" if "f16" in (st, rt) else "") + f"alias ST = {st};\nalias RT = {rt};\n"
     if tint and kernel.endswith("_sg"):
         header = "enable subgroups;\n" + header
-    if FAMILY[kernel] in ("xproj", "tangent_proj"):
+    if FAMILY[kernel] in ("xproj", "tangent_proj", "wgrad"):
         return header + _read(kernel)
     if FAMILY[kernel] == "prep":
         return header + _read("prep") + _read(kernel)
-    common = header + _read("recurrence_common") + activation_switch()
+    acts = _read("activations") + activation_switch()
+    derivatives = activation_switch(derivative=True)
+    if FAMILY[kernel] == "backward":
+        return header + _read("backward_common") + acts + derivatives + _read(kernel)
+    common = header + _read("recurrence_common") + acts
     if kernel in TANGENT_KERNELS:
-        return common + derivative_switch() + _read("tangent_common") + _read(kernel)
+        return common + derivatives + _read("tangent_common") + _read(kernel)
     return common + "".join(_read(p) for p in TILED.get(kernel, (kernel,)))

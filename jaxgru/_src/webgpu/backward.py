@@ -1,0 +1,440 @@
+"""The WGSL backward of GRU/LSTM: numpy operands in, numpy operand cotangents out.
+
+The contract of ``reference.backward``: from the forward's operands, its ``y`` and residuals
+``res`` (uploaded as the forward returned them to XLA: see docs/wgsl.md for why they are not
+recomputed) and the cotangents of (Y, Y_h[, Y_c]), the cotangents of every floating operand.
+
+One call = one command buffer with one compute pass, one ``queue.submit`` and one mapped
+read-back. Inside the pass, per ensemble member: the reverse-time loop (per step, processing
+order L-1 .. 0: ``<cell>_bwd_gates``, ``gru_bwd_reset`` for GRU lbr=0, ``<cell>_bwd_hidden``;
+wgsl/<cell>_backward.wgsl), then the tiled GEMMs of wgsl/wgrad.wgsl: dW, dR, db (and dP), and
+the cotangent of x. Everything is computed in float32 and cast into the operands' dtypes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import wgpu
+
+from jaxgru._src import shapes
+from jaxgru._src.cells import spec
+from jaxgru._src.options import RNNConfig
+from jaxgru._src.webgpu import host, kernels, plan, runtime
+from jaxgru._src.webgpu.counters import COUNTERS, CallStats
+
+_FNAME = "jaxgru wgsl backward"
+_BU = wgpu.BufferUsage
+_INPUT = _BU.STORAGE | _BU.COPY_DST
+_WORK = _BU.STORAGE | _BU.COPY_SRC | _BU.COPY_DST
+_UNIFORM = _BU.UNIFORM | _BU.COPY_DST
+_READBACK = _BU.MAP_READ | _BU.COPY_DST
+STEP_WORKGROUP = 64  # invocations per workgroup of the reverse-time kernels
+TILE = 64  # output tile side of wgrad.wgsl's GEMMs (its `const TP`)
+COLSUM_WORKGROUP = 64  # invocations per workgroup of wgrad.wgsl's colsum
+# The GEMMs stage their operands in workgroup memory (TILED) except on a software adapter: on
+# lavapipe the barrier-free form of the same 4x4 blocking ran the GEMMs of GRU L=16 N=64 H=512
+# in 10 s instead of 18 s (barriers cost per invocation there). None: by the adapter type;
+# tests force either.
+GEMM_TILED: bool | None = None
+_ALIGN_ELEMENTS = 4  # region offsets inside a buffer: whole 16-byte blocks
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """One member's sizes. E, B: blocks of H per step in ext and hb (wgsl/backward_common.wgsl)."""
+
+    L: int
+    N: int
+    I: int  # noqa: E741
+    H: int
+    D: int
+    G: int
+    K: int
+    S: int
+    E: int
+    B: int
+
+    @property
+    def GH(self) -> int:
+        return self.G * self.H
+
+    @property
+    def M(self) -> int:
+        return self.L * self.N
+
+
+def sizes(cfg: RNNConfig, x: np.ndarray, r: np.ndarray) -> Sizes:
+    """The :class:`Sizes` of one member's call."""
+    length, batch, isize, hidden, d = shapes.sizes(cfg, x, r)
+    cell = spec(cfg.cell)
+    lbr = cfg.cell == "gru" and cfg.linear_before_reset
+    ext = 3 if lbr or (cfg.cell == "lstm" and cfg.peepholes) else 0
+    hb = 2 if cfg.cell == "gru" and not lbr else 1
+    return Sizes(length, batch, isize, hidden, d, cell.num_gates, cell.residuals(cfg), cell.num_states, ext, hb)
+
+
+def entries(cfg: RNNConfig) -> list[str]:
+    """The reverse-time loop's entry points of one step, in order."""
+    if cfg.cell == "gru":
+        return ["gru_bwd_gates"] + ([] if cfg.linear_before_reset else ["gru_bwd_reset"]) + ["gru_bwd_hidden"]
+    return [f"{cfg.cell}_bwd_gates", f"{cfg.cell}_bwd_hidden"]
+
+
+def backward(cfg: RNNConfig, operands, *, ensemble: int = 0, out: Sequence[np.ndarray] | None = None
+             ) -> tuple[np.ndarray, ...]:
+    """Operand cotangents on the WebGPU device; the contract of ``reference.backward``.
+
+    Args:
+      cfg: the layer's options.
+      operands: the backward primitive's operands, numpy arrays: the forward's operands (in
+        ``cells.CellSpec.operands`` order, all present), ``y``, ``res``, then the cotangents of
+        (Y, Y_h[, Y_c]); each with a leading axis of size ``ensemble`` when ``ensemble > 0``.
+      ensemble: number of independent members (0: no ensemble axis).
+      out: writable arrays of the results' shapes and dtypes (XLA's output buffers, from the
+        callback); None allocates them.
+
+    Returns:
+      The cotangents of every operand but ``sequence_lens``, in operand order, each in its
+      operand's dtype (the arrays of ``out`` when given).
+
+    Raises:
+      WGPUUnavailableError: no WebGPU adapter.
+      ValueError: a buffer or a grid beyond the device limits.
+    """
+    t0 = time.perf_counter()
+    cell = spec(cfg.cell)
+    operands = [np.asarray(a) for a in operands]
+    n = cell.num_operands
+    float_ops = [o for o in cell.operands if o.kind != "lens"]
+    dests = (list(out) if out is not None else
+             [np.empty(operands[i].shape, operands[i].dtype) for i, o in enumerate(cell.operands) if o.kind != "lens"])
+    members = [operands] if not ensemble else [[a[e] for a in operands] for e in range(ensemble)]
+    own = lambda e: {o.field: (d[e] if ensemble else d) for o, d in zip(float_ops, dests, strict=True)}
+    primals0 = cell.unpack(members[0][:n])
+    sz = sizes(cfg, primals0.x, primals0.r)
+    if 0 in (sz.L, sz.N, sz.H):  # no work: the final states' cotangents pass through
+        for e, m in enumerate(members):
+            _trivial(cfg, m, own(e))
+        return tuple(dests)
+    dtype = np.dtype(primals0.x.dtype)
+    storage = "f16" if dtype == np.float16 and runtime.runtime().has_f16 else "f32"
+    prepared = [_member(cfg, m, sz, storage) for m in members]
+    prepare_s = time.perf_counter() - t0
+    attempts: list[CallStats] = []
+
+    def attempt(rt: runtime.Runtime) -> None:
+        call = _Call(rt, cfg, sz, storage, CallStats(calls=1, kind="backward", host_prepare_s=prepare_s))
+        attempts[:] = [call.stats]
+        call.run(prepared, [own(e) for e in range(len(members))])
+
+    runtime.run(attempt)
+    attempts[-1].host_total_s = time.perf_counter() - t0
+    COUNTERS.record(attempts[-1])
+    return tuple(dests)
+
+
+def _states(cfg: RNNConfig, s: np.ndarray) -> np.ndarray:
+    """A state in the user layout <-> [D, N, H] (the same swap both ways)."""
+    return s if cfg.layout == 0 else np.swapaxes(s, 0, 1)
+
+
+def _trivial(cfg: RNNConfig, member: list[np.ndarray], dst: dict[str, np.ndarray]) -> None:
+    """L, N or H is 0: zero weight and input cotangents; the states' cotangents pass through."""
+    cell = spec(cfg.cell)
+    cts = member[cell.num_operands + 2 :]
+    for a in dst.values():
+        a[...] = 0
+    for o, ct in zip(cell.state_operands, cts[1:], strict=True):
+        np.copyto(dst[o.field], ct, casting="unsafe")
+
+
+@dataclasses.dataclass
+class _Member:
+    """One member's host arrays, ready to upload (regions of one buffer each, see below)."""
+
+    fdata: list[np.ndarray]  # float32: res | h0, c0 [S, D, N, H] | P [D, 3H] (LSTM)
+    sdata: list[np.ndarray]  # storage dtype: y | dY | R
+    sx: list[np.ndarray]  # storage dtype: x | W
+    lens: np.ndarray
+    carry: np.ndarray  # float32 [S, D, N, H]: the cotangents of the final states
+
+
+def _member(cfg: RNNConfig, operands: list[np.ndarray], sz: Sizes, storage: str) -> _Member:
+    cell = spec(cfg.cell)
+    n = cell.num_operands
+    ops = cell.unpack(operands[:n])
+    y, res, cts = operands[n], operands[n + 1], operands[n + 2 :]
+    st = host.STORAGE_DTYPES[storage]
+    f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)
+    stor = lambda a: np.ascontiguousarray(a, dtype=st)
+    init = np.stack([f32(_states(cfg, getattr(ops, o.field))) for o in cell.state_operands])
+    fdata = [f32(res), init]
+    if cfg.cell == "lstm" and cfg.peepholes:
+        fdata.append(f32(ops.p))
+    if cfg.ragged:
+        lens = np.clip(np.asarray(ops.lens, np.int64), 0, sz.L).astype(np.int32)
+    else:
+        lens = np.full((sz.N,), sz.L, np.int32)
+    carry = np.stack([f32(_states(cfg, c)) for c in cts[1:]])
+    return _Member(fdata, [stor(y), stor(cts[0]), stor(ops.r)], [stor(ops.x), stor(ops.w)], lens, carry)
+
+
+def _layout(parts: Sequence[int]) -> tuple[list[int], int]:
+    """Element offsets of consecutive regions of ``parts`` elements (16-byte aligned), and the total."""
+    offsets, total = [], 0
+    for size in parts:
+        offsets.append(total)
+        total += -(-size // _ALIGN_ELEMENTS) * _ALIGN_ELEMENTS
+    return offsets, total
+
+
+@dataclasses.dataclass
+class _Gemm:
+    """One wgrad.wgsl dispatch: entry point, A buffer, uniform fields and grid (P, Q, Z)."""
+
+    entry: str  # "wgrad", "dx" or "colsum"
+    a: str  # "dg" or "aux"
+    fields: dict[str, int]
+    grid: tuple[int, int, int]  # (Q, P, Z): columns, rows, slices
+
+
+class _Call:
+    """The device side of one backward call: set-up, recording, submit and read-back."""
+
+    def __init__(self, rt: runtime.Runtime, cfg: RNNConfig, sz: Sizes, storage: str, stats: CallStats) -> None:
+        self.rt, self.cfg, self.sz, self.storage, self.stats = rt, cfg, sz, storage, stats
+        self.itemsize = host.STORAGE_DTYPES[storage].itemsize
+        self.align = max(16, rt.limits["min-uniform-buffer-offset-alignment"])
+        self.max_dim = rt.limit("max-compute-workgroups-per-dimension")
+        self.max_bind = min(rt.limit("max-storage-buffer-binding-size"), rt.limit("max-buffer-size"))
+        self.acquired: list[wgpu.GPUBuffer] = []
+
+    # ---- buffers -----------------------------------------------------------------------
+    def _buffer(self, nbytes: int, usage: int, what: str = "") -> tuple[wgpu.GPUBuffer, int]:
+        size = max(16, -(-nbytes // 4) * 4)
+        if what and size > self.max_bind:
+            raise ValueError(
+                f"{_FNAME}: the {what} buffer needs {size} bytes, more than the device limit "
+                f"max-storage-buffer-binding-size={self.max_bind}; shorten the sequence, use a smaller "
+                f"batch or backend='xla'."
+            )
+        buf = self.rt.pool.acquire(size, usage)
+        self.acquired.append(buf)
+        return buf, size
+
+    def _write(self, buf: wgpu.GPUBuffer, offset_bytes: int, data: np.ndarray) -> None:
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        if not raw.size:
+            return
+        if raw.size % 4:  # write_buffer wants whole words (regions are 16-byte aligned)
+            raw = np.concatenate([raw, np.zeros(4 - raw.size % 4, np.uint8)])
+        self.rt.queue.write_buffer(buf, offset_bytes, raw)
+        self.stats.bytes_uploaded += raw.size
+
+    def _regions(self, parts: list[np.ndarray], itemsize: int, usage: int, what: str
+                 ) -> tuple[tuple[wgpu.GPUBuffer, int], list[int]]:
+        """One buffer holding ``parts`` at aligned element offsets (uploaded); the offsets."""
+        offsets, total = _layout([a.size for a in parts])
+        buf = self._buffer(total * itemsize, usage, what)
+        for off, a in zip(offsets, parts, strict=True):
+            self._write(buf[0], off * itemsize, a)
+        return buf, offsets
+
+    def _uniform(self, values: Sequence[int]) -> tuple[wgpu.GPUBuffer, int]:
+        data = np.zeros(-(-len(values) // 4) * 4, np.uint32)
+        data[: len(values)] = values
+        buf = self._buffer(data.nbytes, _UNIFORM)
+        self._write(buf[0], 0, data)
+        return buf
+
+    def _schedule(self) -> tuple[wgpu.GPUBuffer, int]:
+        """One Sched {t} per step, L-1 down to 0, ``align`` bytes apart (dynamic offsets)."""
+        key = ("bwd-sched", self.sz.L, self.align)
+        buf = self.rt.tables.get(key)
+        if buf is None:
+            table = np.zeros((self.sz.L, self.align // 4), np.uint32)
+            table[:, 0] = np.arange(self.sz.L - 1, -1, -1)
+            buf = self.rt.device.create_buffer(size=table.nbytes, usage=_UNIFORM)
+            self._write(buf, 0, table)
+            self.rt.tables.put(key, buf)
+        return buf, 16
+
+    # ---- the plan of one member ----------------------------------------------------------
+    def _gemms(self, off: dict[str, int]) -> list[_Gemm]:
+        """The weight-gradient and dx dispatches, with their uniform fields (wgrad.wgsl GDims)."""
+        cfg, sz = self.cfg, self.sz
+        H, GH = sz.H, sz.GH
+        lbr = cfg.cell == "gru" and cfg.linear_before_reset
+        base = {"N": sz.N, "L": sz.L, "I": sz.I, "GH": GH, "off_b": off["hb"], "off_w": off["w"], "Z": sz.D}
+        out: list[_Gemm] = []
+
+        def wg(a: str, sa: int, a_off: int, p: int, q: int, bmode: int, out_off: int, outr: int, row0: int,
+               b_off: int = 0) -> None:
+            fields = {**base, "P": p, "Q": q, "KR": sz.M, "SA": sa, "a_off": a_off, "SB": sz.B * H,
+                      "b_off": b_off, "bmode": bmode, "out_off": out_off, "outr": outr, "row0": row0}
+            out.append(_Gemm("colsum" if bmode == 2 else "wgrad", a, fields, (q, p, sz.D)))
+
+        wg("dg", GH, 0, GH, sz.I, 1, off["dw"], GH, 0)  # dW = dgᵀ·x
+        if cfg.cell == "lstm":
+            wg("dg", GH, 0, GH, H, 0, off["dr"], GH, 0)
+        elif lbr:
+            wg("aux", 3 * H, 0, GH, H, 0, off["dr"], GH, 0)  # d(H·Rᵀ + Rb)ᵀ·h_prev
+        else:
+            wg("dg", GH, 0, 2 * H, H, 0, off["dr"], GH, 0)  # z, r blocks: ·h_prev
+            wg("dg", GH, 2 * H, H, H, 0, off["dr"], GH, 2 * H, b_off=H)  # h block: ·(r⊙h_prev)
+        wg("dg", GH, 0, GH, 1, 2, off["db"], 2 * GH, 0)  # Σ d(X·Wᵀ + Wb)
+        wg("aux" if lbr else "dg", GH, 0, GH, 1, 2, off["db"], 2 * GH, GH)  # Σ d(H·Rᵀ + Rb)
+        if cfg.cell == "lstm" and cfg.peepholes:
+            wg("aux", 3 * H, 0, 3 * H, 1, 2, off["dp"], 3 * H, 0)
+        fields = {**base, "P": sz.M, "Q": sz.I, "KR": sz.D * GH, "SA": GH, "a_off": 0, "SB": 0, "b_off": 0,
+                  "bmode": 0, "out_off": off["dx"], "outr": 0, "row0": 0}
+        out.append(_Gemm("dx", "dg", fields, (sz.I, sz.M, 1)))
+        return [g for g in out if g.grid[0] and g.grid[1]]
+
+    def _grid(self, g: _Gemm) -> tuple[int, int, int]:
+        q, p, z = g.grid
+        if g.entry == "colsum":
+            return (*plan.grid2d(-(-z * p // COLSUM_WORKGROUP), self.max_dim), 1)
+        grid = (-(-q // TILE), -(-p // TILE), z)
+        if max(grid) > self.max_dim:
+            raise ValueError(
+                f"{_FNAME}: a weight-gradient GEMM needs a grid of {grid} workgroups, beyond the device "
+                f"limit max-compute-workgroups-per-dimension={self.max_dim}; use a smaller batch or "
+                f"backend='xla'."
+            )
+        return grid
+
+    # ---- the call ----------------------------------------------------------------------
+    def run(self, members: list[_Member], dests: list[dict[str, np.ndarray]]) -> None:
+        try:
+            self._run(members, dests)
+        finally:
+            for buf in self.acquired:
+                self.rt.pool.release(buf)
+            self.acquired.clear()
+            self.rt.finish_call()
+
+    def _run(self, members: list[_Member], dests: list[dict[str, np.ndarray]]) -> None:
+        rt, cfg, sz, stats = self.rt, self.cfg, self.sz, self.stats
+        t0 = time.perf_counter()
+        consts = kernels.cell_constants(cfg, sz.H)
+        consts["WG_STEP"] = STEP_WORKGROUP
+        kernel = f"{cfg.cell}_backward"
+        step_pipes = [rt.pipeline(kernel, e, self.storage, consts) for e in entries(cfg)]
+        tiled = GEMM_TILED if GEMM_TILED is not None else rt.adapter_info.get("adapter_type") != "CPU"
+        gconsts = {"LAYOUT": cfg.layout, "REV0": consts["REV0"], "TILED": int(tiled)}
+        sched = self._schedule()
+        # elementwise kernels: one invocation per unit; mat-vec kernels: per 4 rows x 4 units
+        units = sz.D * sz.N * sz.H
+        blocks = sz.D * -(-sz.N // 4) * -(-sz.H // 4)
+        grids = [plan.grid2d(-(-(units if e.endswith("_gates") else blocks) // STEP_WORKGROUP), self.max_dim)
+                 for e in entries(cfg)]
+        state_n = sz.D * sz.N * sz.H
+        st_offsets, st_total = _layout([sz.S * state_n, state_n, state_n])
+        aux_offsets, aux_total = _layout([sz.D * sz.M * sz.E * sz.H, sz.D * sz.M * sz.B * sz.H])
+        out_parts = {"dx": sz.M * sz.I, "dw": sz.D * sz.GH * sz.I, "dr": sz.D * sz.GH * sz.H, "db": sz.D * 2 * sz.GH,
+                     "dp": sz.D * 3 * sz.H if cfg.cell == "lstm" and cfg.peepholes else 0}
+        out_offsets, out_total = _layout(list(out_parts.values()))
+        out_off = dict(zip(out_parts, out_offsets, strict=True))
+        jobs = []
+        for m in members:
+            fdata, foff = self._regions(m.fdata, 4, _INPUT, "residuals")
+            sdata, soff = self._regions(m.sdata, self.itemsize, _INPUT, "y")
+            sx, xoff = self._regions(m.sx, self.itemsize, _INPUT, "x")
+            lens = self._buffer(m.lens.nbytes, _INPUT)
+            self._write(lens[0], 0, m.lens)
+            st = self._buffer(st_total * 4, _WORK, "state")
+            self._write(st[0], 0, m.carry)
+            dg = self._buffer(sz.D * sz.M * sz.GH * 4, _WORK, "gate cotangent")
+            aux = self._buffer(aux_total * 4, _WORK, "weight-gradient operand")
+            out = self._buffer(out_total * 4, _WORK, "gradient")
+            dims = self._uniform([sz.L, sz.N, sz.D, sz.E, sz.B, foff[1], foff[2] if len(foff) > 2 else 0,
+                                  soff[1], soff[2], st_offsets[1], st_offsets[2], aux_offsets[1]])
+            step_group = rt.bind_group("backward", {0: fdata, 1: sdata, 2: lens, 3: st, 4: dg, 5: aux, 6: dims,
+                                                    7: sched})
+            gemms = []
+            for g in self._gemms({**out_off, "hb": aux_offsets[1], "w": xoff[1]}):
+                order = ("P", "Q", "KR", "N", "L", "I", "GH", "SA", "a_off", "SB", "b_off", "off_b", "bmode",
+                         "out_off", "outr", "row0", "off_w", "Z")
+                group = rt.bind_group("wgrad", {0: dg if g.a == "dg" else aux, 1: aux, 2: sx, 3: lens, 4: out,
+                                                5: self._uniform([g.fields[k] for k in order])})
+                gemms.append((rt.pipeline("wgrad", g.entry, self.storage, gconsts), group, self._grid(g)))
+            jobs.append((step_group, gemms, out, st))
+        t1 = time.perf_counter()
+        encoder = rt.device.create_command_encoder()
+        cp = encoder.begin_compute_pass()
+        for k in range(sz.L):  # processing steps L-1 .. 0 (the schedule's order)
+            for pipe, grid in zip(step_pipes, grids, strict=True):
+                cp.set_pipeline(pipe)
+                for step_group, _, _, _ in jobs:
+                    cp.set_bind_group(0, step_group, [k * self.align])
+                    cp.dispatch_workgroups(*grid)
+        for _, gemms, _, _ in jobs:
+            for pipe, group, grid in gemms:
+                cp.set_pipeline(pipe)
+                cp.set_bind_group(0, group)
+                cp.dispatch_workgroups(*grid)
+        cp.end()
+        stats.dispatches += len(jobs) * (sz.L * len(step_pipes)) + sum(len(j[1]) for j in jobs)
+        stats.passes += 1
+        carry_bytes = sz.S * state_n * 4
+        per_job = _eights(out_total * 4) + _eights(carry_bytes)
+        readback, _ = self._buffer(per_job * len(jobs), _READBACK)
+        for i, (_, _, out, st) in enumerate(jobs):
+            encoder.copy_buffer_to_buffer(out[0], 0, readback, i * per_job, out_total * 4)
+            encoder.copy_buffer_to_buffer(st[0], 0, readback, i * per_job + _eights(out_total * 4), carry_bytes)
+        t2 = time.perf_counter()
+        rt.queue.submit([encoder.finish()])
+        stats.submits += 1
+        total = per_job * len(jobs)
+        readback.map_sync(wgpu.MapMode.READ, 0, total)
+        t3 = time.perf_counter()
+        try:
+            blob = np.asarray(readback.read_mapped(0, total, copy=False), dtype=np.uint8)
+            for i, dst in enumerate(dests):
+                job = blob[i * per_job : (i + 1) * per_job]
+                grads = np.frombuffer(job, np.float32, count=out_total)
+                carry = np.frombuffer(job, np.float32, count=sz.S * state_n, offset=_eights(out_total * 4))
+                self._deliver(grads, out_off, out_parts, carry.reshape(sz.S, sz.D, sz.N, sz.H), dst)
+        finally:
+            readback.unmap()
+        stats.bytes_read_back += total
+        t4 = time.perf_counter()
+        stats.host_upload_s += t1 - t0
+        stats.host_record_s += t2 - t1
+        stats.host_wait_s += t3 - t2
+        stats.host_readback_s += t4 - t3
+
+    def _deliver(self, grads: np.ndarray, off: dict[str, int], parts: dict[str, int], carry: np.ndarray,
+                 dst: dict[str, np.ndarray]) -> None:
+        """Copy each gradient from the mapped bytes into its destination, once (cast included)."""
+        cfg, sz = self.cfg, self.sz
+        x_shape = (sz.L, sz.N, sz.I) if cfg.layout == 0 else (sz.N, sz.L, sz.I)
+        shaped = {
+            "x": x_shape, "w": (sz.D, sz.GH, sz.I), "r": (sz.D, sz.GH, sz.H), "b": (sz.D, 2 * sz.GH),
+            "p": (sz.D, 3 * sz.H),
+        }
+        region = {"x": "dx", "w": "dw", "r": "dr", "b": "db", "p": "dp"}
+        cell = spec(cfg.cell)
+        with np.errstate(over="ignore"):  # float32 -> float16 beyond 65504 is ±inf, as XLA's cast
+            for field, shape in shaped.items():
+                if field not in dst:
+                    continue
+                name = region[field]
+                if not parts[name]:  # P without peepholes: no gradient (the reference's zeros)
+                    dst[field][...] = 0
+                    continue
+                count = math.prod(shape)
+                np.copyto(dst[field], grads[off[name] : off[name] + count].reshape(shape), casting="unsafe")
+            for k, o in enumerate(cell.state_operands):
+                np.copyto(dst[o.field], _states(cfg, carry[k]), casting="unsafe")
+
+
+def _eights(nbytes: int) -> int:
+    """``nbytes`` rounded up to 8 (map offsets must be multiples of 8)."""
+    return -(-nbytes // 8) * 8

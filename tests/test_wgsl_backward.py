@@ -1,0 +1,201 @@
+"""The WGSL backward (``backend="wgsl"`` under ``jax.grad``): gradients against the xla backend's
+(the ``lax.scan`` reference, itself checked against numerical gradients in test_transforms.py)
+across the feature matrix, against numerical gradients (``check_grads``), the compiled program
+(no XLA while loop), the counters, the ensemble axis and the empty shapes."""
+
+from __future__ import annotations
+
+import re
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import wgsl_support
+from jax.test_util import check_grads
+from oracles import random_case
+
+import jaxgru
+from jaxgru._src import reference
+from jaxgru._src.activations import NAMES, lookup
+from jaxgru._src.cells import spec
+from jaxgru._src.options import make_config
+from jaxgru._src.webgpu import backward, counters
+
+pytestmark = pytest.mark.wgsl
+F32 = dict(atol=1e-5, rtol=1e-4)
+LENS = [5, 0, 3, 1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def adapter():
+    return wgsl_support.require_adapter()
+
+
+def _matrix():
+    """Both cells and their flags, every direction, both layouts, clip, ragged lengths (with a 0)
+    or none, initial states given or absent, and activations cycling through all 11 (alpha/beta
+    given) over the cases' activation slots."""
+    rows = [  # cell, flags, direction, layout, clip, initial states, lengths
+        ("gru", {"linear_before_reset": 0}, "forward", 0, 0.7, True, LENS),
+        ("gru", {"linear_before_reset": 0}, "bidirectional", 1, None, False, LENS),
+        ("gru", {"linear_before_reset": 1}, "reverse", 0, None, True, None),
+        ("gru", {"linear_before_reset": 1}, "bidirectional", 1, 0.7, True, LENS),
+        ("lstm", {"peep": True}, "forward", 1, None, True, LENS),
+        ("lstm", {"peep": True}, "bidirectional", 0, 0.7, False, LENS),
+        ("lstm", {"input_forget": 1}, "reverse", 1, 0.7, True, LENS),
+        ("lstm", {"peep": True, "input_forget": 1}, "bidirectional", 0, None, True, None),
+        ("lstm", {}, "reverse", 0, None, False, LENS),
+    ]
+    out, slot = [], 0
+    for cell, flags, direction, layout, clip, states, lens in rows:
+        n = spec(cell).num_activations * (2 if direction == "bidirectional" else 1)
+        acts = [NAMES[(slot + j) % len(NAMES)] for j in range(n)]
+        slot += n
+        opts = dict(flags, direction=direction, h0=states, c0=states and cell == "lstm", lens=lens,
+                    activations=acts)
+        opts["activation_alpha"] = [0.6] * sum(lookup(a).takes_alpha for a in acts)
+        opts["activation_beta"] = [0.4] * sum(lookup(a).takes_beta for a in acts)
+        if clip is not None:
+            opts["clip"] = clip
+        name = f"{cell}-{'-'.join(f'{k}{int(v)}' for k, v in flags.items())}-{direction}-l{layout}"
+        out.append((f"{name}-clip{clip}-states{int(states)}-ragged{int(lens is not None)}", cell, opts, layout))
+    assert slot >= len(NAMES)  # every activation at least once
+    return out
+
+
+MATRIX = _matrix()
+
+
+def _grads(case, layout, backend, dtype=None):
+    """jit(grad) of a loss of every output w.r.t. the params, x and the given initial states."""
+    fn = jaxgru.gru if case.cell == "gru" else jaxgru.lstm
+    x = case.x if layout == 0 else np.swapaxes(case.x, 0, 1)
+    kw = case.kwargs(layout)
+    states = {k: kw.pop(k) for k in ("initial_h", "initial_c") if k in kw}
+    params = case.params
+    if dtype is not None:
+        cast = lambda a: None if a is None else jnp.asarray(a, dtype)
+        x, params, states = cast(x), jax.tree.map(cast, params), jax.tree.map(cast, states)
+
+    def loss(p, x, states):
+        outs = fn(p, x, **kw, **states, backend=backend)
+        return sum(jnp.sum(jnp.sin(o.astype(jnp.float32)) * (k + 1)) for k, o in enumerate(outs))
+
+    return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(params, x, states)
+
+
+def _close(got, want, atol, rtol):
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        g, w = np.asarray(g, np.float32), np.asarray(w, np.float32)
+        scale = max(1.0, float(np.abs(w).max())) if w.size else 1.0
+        np.testing.assert_allclose(g, w, atol=atol * scale, rtol=rtol)
+
+
+@pytest.mark.parametrize(("name", "cell", "opts", "layout"), MATRIX, ids=[m[0] for m in MATRIX])
+def test_gradients_match_xla(name, cell, opts, layout):
+    case = random_case(np.random.default_rng(abs(hash(name)) % 2**32), cell, L=5, N=4, I=3, H=5, scale=0.4,
+                       **opts)
+    _close(_grads(case, layout, "wgsl"), _grads(case, layout, "xla"), **F32)
+
+
+@pytest.mark.parametrize("tiled", [True, False])
+def test_both_gemm_forms_match_xla(tiled, monkeypatch):
+    # the workgroup-memory GEMMs (hardware adapters) and the barrier-free ones (software adapters)
+    monkeypatch.setattr(backward, "GEMM_TILED", tiled)
+    _name, cell, opts, layout = MATRIX[5]  # LSTM with peepholes, bidirectional, clip, ragged
+    case = random_case(np.random.default_rng(7), cell, L=5, N=4, I=70, H=5, scale=0.4, **opts)
+    _close(_grads(case, layout, "wgsl"), _grads(case, layout, "xla"), **F32)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_float16_gradients(cell):
+    flags = {"linear_before_reset": 1} if cell == "gru" else {"peep": True}
+    case = random_case(np.random.default_rng(3), cell, h0=True, c0=cell == "lstm", lens=[5, 2, 0],
+                       direction="bidirectional", **flags)
+    _close(_grads(case, 1, "wgsl", jnp.float16), _grads(case, 1, "xla", jnp.float16), atol=4e-3, rtol=4e-3)
+
+
+def _problem(cell):
+    init = jaxgru.init_gru if cell == "gru" else jaxgru.init_lstm
+    params = init(jax.random.key(0), 3, 4, bidirectional=True)
+    x = jax.random.normal(jax.random.key(1), (5, 3, 3))
+    lens = jnp.array([5, 0, 2])
+    fn = jaxgru.gru if cell == "gru" else jaxgru.lstm
+
+    def loss(p, x, backend="wgsl"):
+        outs = fn(p, x, direction="bidirectional", sequence_lens=lens, backend=backend)
+        return sum(jnp.sum(jnp.tanh(o) * (k + 1)) for k, o in enumerate(outs))
+
+    return loss, params, x
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_grad_compiles_to_callbacks_without_a_while_loop_and_is_counted(cell):
+    loss, params, x = _problem(cell)
+    step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+    hlo = step.lower(params, x).compile().as_text()
+    loop = re.compile(r"\swhile\(")  # an HLO while instruction
+    assert not loop.search(hlo)  # neither the forward nor the backward runs on XLA
+    if cell == "gru":
+        xla = jax.jit(jax.grad(lambda p, x: loss(p, x, "xla"))).lower(params, x).compile().as_text()
+        assert loop.search(xla)  # the pattern finds the reference's loops
+    assert hlo.count("xla_buffer_python_cpu_callback") == 2  # the forward and the backward
+    jax.block_until_ready(step(params, x))
+    counters.reset_counters()
+    jax.block_until_ready(step(params, x))
+    c = counters.counters()
+    assert (c["forward"]["calls"], c["backward"]["calls"], c["total"]["calls"]) == (1, 1, 2)
+    bwd = c["backward"]
+    assert bwd["submits"] == 1 and bwd["passes"] == 1 and bwd["kind"] == "backward"
+    phases = len(backward.entries(make_config(cell, "t", direction="bidirectional")))
+    assert bwd["dispatches"] > 5 * phases  # every step's phases, then the GEMMs
+    # x, W, R, Y, the residuals and dY go up; the gradients (at least dW, dR) come back
+    d, g, h, i = 2, spec(cell).num_gates, 4, 3
+    assert bwd["bytes_read_back"] >= 4 * d * g * h * (i + h)
+    assert bwd["bytes_uploaded"] >= 4 * d * 5 * 3 * spec(cell).residuals(make_config(cell, "t")) * h
+
+
+def test_check_grads_on_wgsl():
+    loss, params, x = _problem("gru")
+    check_grads(lambda w, x: loss(params._replace(w=w), x), (params.w, x), order=1, modes=["rev"],
+                atol=2e-2, rtol=2e-2)
+    loss, params, x = _problem("lstm")
+    check_grads(lambda p, x: loss(params._replace(p=p), x), (params.p, x), order=1, modes=["rev"],
+                atol=2e-2, rtol=2e-2)
+
+
+def test_ensemble_axis():
+    # vmapped weights reach the backward as an ensemble axis (rules.batch_rule): each member's
+    # gradient equals its own un-vmapped one (whose agreement with xla the matrix checks)
+    loss, params, x = _problem("gru")
+    ens = jax.tree.map(lambda a: jnp.stack([a, -0.5 * a]), params)
+    grad = jax.jit(jax.grad(loss))
+    got = jax.jit(jax.vmap(grad, in_axes=(0, None)))(ens, x)
+    for e in range(2):
+        chex.assert_trees_all_close(jax.tree.map(lambda a: a[e], got), grad(jax.tree.map(lambda a: a[e], ens), x),
+                                    **F32)
+
+
+def test_second_order_goes_through_the_reference_rules():
+    loss, params, x = _problem("gru")
+    hvp = lambda be: jax.jit(lambda b: jax.jvp(jax.grad(lambda b: loss(params._replace(b=b), x, be)), (b,),
+                                               (jnp.ones_like(b),))[1])(params.b)
+    chex.assert_trees_all_close(hvp("wgsl"), hvp("xla"), **F32)
+
+
+@pytest.mark.parametrize(("L", "N", "I"), [(0, 3, 2), (4, 0, 2), (4, 3, 0)])
+def test_empty_shapes_match_the_reference(L, N, I):
+    cfg = make_config("lstm", "t", peepholes=True, direction="bidirectional", ragged=True)
+    rng = np.random.default_rng(0)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)
+    H, D = 3, 2
+    ops = [f(L, N, I), f(D, 4 * H, I), f(D, 4 * H, H), f(D, 8 * H), f(D, 3 * H), f(D, N, H), f(D, N, H),
+           np.minimum(np.arange(N), L).astype(np.int32)]
+    y, *_, res = reference.forward(cfg, *ops, residuals=True)
+    cts = [f(L, D, N, H), f(D, N, H), f(D, N, H)]
+    want = reference.backward(cfg, ops, y, res, cts)
+    got = backward.backward(cfg, [*ops, np.asarray(y), np.asarray(res), *cts])
+    _close(got, want, **F32)
