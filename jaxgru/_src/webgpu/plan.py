@@ -22,6 +22,7 @@ of it) with the least L2 traffic per step (R read ceil(N/TR) times + h read ceil
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from jaxgru._src.cells import spec
 from jaxgru._src.options import RNNConfig
@@ -329,7 +330,13 @@ def tiling(geo: Geometry, limits: dict[str, int], n: int | None = None) -> Tilin
     it (else the most it allows) with the least L2 traffic per step; ties go to invocations
     nearest ``TILED_TARGET_INVOCATIONS``, fewer k splits, more rows per invocation.
     """
-    n = geo.N if n is None else n
+    # the search costs milliseconds of Python: one per shape and limits (every call plans)
+    return _tiling(geo, tuple(sorted(limits.items())), geo.N if n is None else n)
+
+
+@functools.lru_cache(maxsize=256)
+def _tiling(geo: Geometry, limit_items: tuple[tuple[str, int], ...], n: int) -> Tiling | None:
+    limits = dict(limit_items)
     target = target_of(limits)
     max_inv = min(limits[_L_INVOC], limits[_L_SIZE_X], TILED_MAX_INVOCATIONS)
     wg_vec4s = limits[_L_WGMEM] // 16
