@@ -25,7 +25,7 @@ from jaxgru._src import shapes
 from jaxgru._src.cells import spec
 from jaxgru._src.options import RNNConfig
 from jaxgru._src.webgpu import host, kernels, plan, runtime
-from jaxgru._src.webgpu.counters import COUNTERS, CallStats
+from jaxgru._src.webgpu.counters import CallStats
 
 _FNAME = "jaxgru wgsl backward"
 _BU = wgpu.BufferUsage
@@ -125,16 +125,13 @@ def backward(cfg: RNNConfig, operands, *, ensemble: int = 0, out: Sequence[np.nd
     storage = "f16" if dtype == np.float16 and runtime.runtime().has_f16 else "f32"
     prepared = [_member(cfg, m, sz, storage) for m in members]
     prepare_s = time.perf_counter() - t0
-    attempts: list[CallStats] = []
 
-    def attempt(rt: runtime.Runtime) -> None:
+    def attempt(rt: runtime.Runtime) -> CallStats:
         call = _Call(rt, cfg, sz, storage, CallStats(calls=1, kind="backward", host_prepare_s=prepare_s))
-        attempts[:] = [call.stats]
         call.run(prepared, [own(e) for e in range(len(members))])
+        return call.stats
 
-    runtime.run(attempt)
-    attempts[-1].host_total_s = time.perf_counter() - t0
-    COUNTERS.record(attempts[-1])
+    kernels.run_counted(t0, attempt)
     return tuple(dests)
 
 

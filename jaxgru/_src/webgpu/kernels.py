@@ -92,20 +92,27 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
                             2 if module != "f32" else 4, proj_size)
         prepared = [host.member(cfg, m, geo, storage) for m in members]
         prepare_s = time.perf_counter() - t0
-        # a lost device is retried: count the attempt that ran. Only its stats are kept (a
-        # _Call holds its device, which must be freed once lost)
-        attempts: list[CallStats] = []
 
-        def attempt(rt: runtime.Runtime) -> None:
+        def attempt(rt: runtime.Runtime) -> CallStats:
             call = _Call(rt, cfg, geo, storage, module, variant,
                          CallStats(calls=1, kind="forward", host_prepare_s=prepare_s))
-            attempts[:] = [call.stats]
             call.run(prepared, dests, ensemble > 0)
+            return call.stats
 
-        runtime.run(attempt)
-        attempts[-1].host_total_s = time.perf_counter() - t0
-        COUNTERS.record(attempts[-1])
+        run_counted(t0, attempt)
     return tuple(dests)
+
+
+def run_counted(t0: float, attempt: Callable[[runtime.Runtime], CallStats]) -> None:
+    """Run ``attempt`` on the device and record the stats it returns, with the wall time since ``t0``.
+
+    A lost device is retried once (``runtime.run``): the stats counted are those of the attempt
+    that ran. Only its stats leave an attempt: its ``_Call`` holds the device, which must be
+    freed once lost. Shared by the forward, the tangent and the backward.
+    """
+    stats = runtime.run(attempt)
+    stats.host_total_s = time.perf_counter() - t0
+    COUNTERS.record(stats)
 
 
 def cell_constants(cfg: RNNConfig, hidden: int) -> dict[str, float]:

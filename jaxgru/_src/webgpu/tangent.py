@@ -31,7 +31,7 @@ from jaxgru._src import shapes
 from jaxgru._src.cells import batch_axis, spec
 from jaxgru._src.options import RNNConfig
 from jaxgru._src.webgpu import host, kernels, plan, runtime
-from jaxgru._src.webgpu.counters import COUNTERS, CallStats
+from jaxgru._src.webgpu.counters import CallStats
 
 _FNAME = "jaxgru wgsl tangent"
 # State slots of the tangent kernels (wgsl/tangent_common.wgsl: S_DH, S_HP, S_A, S_B, S_C).
@@ -133,17 +133,14 @@ def tangent(cfg: RNNConfig, primals: Sequence, y, res, tangents: Sequence, *, en
                  host.member(cfg, _as_operands(cfg, t, spec(cfg.cell).unpack(p).lens), geo, storage), yv, rv)
                 for p, yv, rv, t in members]
     prepare_s = time.perf_counter() - t0
-    attempts: list[CallStats] = []
 
-    def attempt(rt: runtime.Runtime) -> None:
+    def attempt(rt: runtime.Runtime) -> CallStats:
         call = _Call(rt, cfg, geo, storage, storage, "stepwise",
                      CallStats(calls=1, kind="tangent", host_prepare_s=prepare_s))
-        attempts[:] = [call.stats]
         call.run_tangent(prepared, dests, ensemble > 0)
+        return call.stats
 
-    runtime.run(attempt)
-    attempts[-1].host_total_s = time.perf_counter() - t0
-    COUNTERS.record(attempts[-1])
+    kernels.run_counted(t0, attempt)
     return tuple(dests)
 
 
