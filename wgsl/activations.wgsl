@@ -2,9 +2,50 @@
 // backward modules; both generated from jaxgru/_src/activations.py, which names these helpers
 // in its WGSL forms). Overflow-free forms.
 //
-// Prepended to the recurrence modules after recurrence_common.wgsl and to the backward modules
-// after backward_common.wgsl (webgpu/shaders.py); `clip_` lives in those preludes.
-// Bindings: none. Overrides: none (alpha and beta reach the generated switches as arguments).
+// Prepended to the recurrence modules (forward, tiled, tangent) after recurrence_common.wgsl and
+// to the backward modules after backward_common.wgsl (webgpu/shaders.py).
+// Bindings: none. Overrides: the cell's activations and clip, per direction slot (set by
+// kernels.cell_constants for every kernel that reads them; alpha and beta reach the generated
+// switches as arguments):
+//   HAS_CLIP, CLIP                       clamp of every f/g activation input
+//   ACT_{F,G,H}{0,1}, ALPHA_*, BETA_*    activation kind ids and parameters
+
+override HAS_CLIP: bool = false;
+override CLIP: f32 = 0.0;
+override ACT_F0: u32 = 2u;
+override ACT_G0: u32 = 1u;
+override ACT_H0: u32 = 1u;
+override ACT_F1: u32 = 2u;
+override ACT_G1: u32 = 1u;
+override ACT_H1: u32 = 1u;
+override ALPHA_F0: f32 = 0.0;
+override ALPHA_G0: f32 = 0.0;
+override ALPHA_H0: f32 = 0.0;
+override ALPHA_F1: f32 = 0.0;
+override ALPHA_G1: f32 = 0.0;
+override ALPHA_H1: f32 = 0.0;
+override BETA_F0: f32 = 0.0;
+override BETA_G0: f32 = 0.0;
+override BETA_H0: f32 = 0.0;
+override BETA_F1: f32 = 0.0;
+override BETA_G1: f32 = 0.0;
+override BETA_H1: f32 = 0.0;
+
+// clip of the f/g activation inputs, NaN kept
+fn clip_(x: f32) -> f32 {
+  if HAS_CLIP {
+    return keep_nan(x, clamp(x, -CLIP, CLIP));
+  }
+  return x;
+}
+
+// d clip_(x) / dx as jax's jvp of jnp.clip gives it: 1 inside, 0 outside, 0.5 on a bound.
+fn clip_d(x: f32) -> f32 {
+  if HAS_CLIP {
+    return select(select(0.0, 0.5, abs(x) == CLIP), 1.0, abs(x) < CLIP);
+  }
+  return 1.0;
+}
 
 // NaN test on the bits: WGSL's min/max/clamp return the non-NaN operand and compilers may
 // assume `x != x` is false, so NaN is recognised by its exponent and mantissa instead.

@@ -41,6 +41,7 @@
 //   REV0, REV1              direction slot d runs backwards in time
 //   HAS_CLIP, CLIP          clamp of every f/g activation input (derivative 0 where it clamps)
 //   ACT_{F,G,H}{0,1}, ALPHA_*, BETA_*   activation kind ids and parameters per direction slot
+//                           (these two rows: declared in activations.wgsl)
 //   WG_STEP                 invocations per workgroup
 // Dispatch: a 2-D grid of ceil(D·N·H / WG_STEP) workgroups for the elementwise kernels,
 // ceil(D·ceil(N/4)·ceil(H/4) / WG_STEP) for the mat-vec kernels (x ≤ 65535, y spills over).
@@ -51,26 +52,6 @@ override H: u32 = 1u;
 override LAYOUT: u32 = 0u;
 override REV0: bool = false;
 override REV1: bool = true;
-override HAS_CLIP: bool = false;
-override CLIP: f32 = 0.0;
-override ACT_F0: u32 = 2u;
-override ACT_G0: u32 = 1u;
-override ACT_H0: u32 = 1u;
-override ACT_F1: u32 = 2u;
-override ACT_G1: u32 = 1u;
-override ACT_H1: u32 = 1u;
-override ALPHA_F0: f32 = 0.0;
-override ALPHA_G0: f32 = 0.0;
-override ALPHA_H0: f32 = 0.0;
-override ALPHA_F1: f32 = 0.0;
-override ALPHA_G1: f32 = 0.0;
-override ALPHA_H1: f32 = 0.0;
-override BETA_F0: f32 = 0.0;
-override BETA_G0: f32 = 0.0;
-override BETA_H0: f32 = 0.0;
-override BETA_F1: f32 = 0.0;
-override BETA_G1: f32 = 0.0;
-override BETA_H1: f32 = 0.0;
 override WG_STEP: u32 = 64u;
 
 struct BDims {
@@ -104,22 +85,8 @@ struct Sched {
 @group(0) @binding(6) var<uniform> dims: BDims;
 @group(0) @binding(7) var<uniform> sched: Sched;
 
-// ---- activations and their derivatives (f and g see clipped inputs, h does not) ------------
-fn clip_(x: f32) -> f32 {
-  if HAS_CLIP {
-    return keep_nan(x, clamp(x, -CLIP, CLIP));
-  }
-  return x;
-}
-
-// d clip(x) / dx as jax's jvp of jnp.clip gives it: 1 inside, 0 outside, 0.5 on a bound.
-fn clip_d(x: f32) -> f32 {
-  if HAS_CLIP {
-    return select(select(0.0, 0.5, abs(x) == CLIP), 1.0, abs(x) < CLIP);
-  }
-  return 1.0;
-}
-
+// ---- activations and their derivatives (f and g see clipped inputs, h does not; clip_ and
+// clip_d in activations.wgsl) ----------------------------------------------------------------
 // An activation's value and derivative at x.
 struct VD {
   v: f32,

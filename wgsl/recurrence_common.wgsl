@@ -36,9 +36,10 @@
 //                           max(H4, P4) with a projection)
 //   LAYOUT                  0: Y [L,D,N,H], states [D,N,H];  1: Y [N,L,D,H], states [N,D,H]
 //   REV0, REV1              direction slot d runs backwards in time
-//   HAS_CLIP, CLIP          clamp of every f/g activation input
+//   HAS_CLIP, CLIP          clamp of every f/g activation input (declared in activations.wgsl)
 //   RESIDUALS               write res
 //   ACT_{F,G,H}{0,1}, ALPHA_*, BETA_*   activation kind ids and parameters per direction slot
+//                           (declared in activations.wgsl)
 //   PERSISTENT              h is read from workgroup memory `hs` (persistent kernels)
 //   NB                      batch rows per invocation (1..4; register blocking)
 //   WG_STEP                 invocations per workgroup of the stepwise kernels
@@ -57,27 +58,7 @@ override S4: u32 = H4;
 override LAYOUT: u32 = 0u;
 override REV0: bool = false;
 override REV1: bool = true;
-override HAS_CLIP: bool = false;
-override CLIP: f32 = 0.0;
 override RESIDUALS: bool = false;
-override ACT_F0: u32 = 2u;
-override ACT_G0: u32 = 1u;
-override ACT_H0: u32 = 1u;
-override ACT_F1: u32 = 2u;
-override ACT_G1: u32 = 1u;
-override ACT_H1: u32 = 1u;
-override ALPHA_F0: f32 = 0.0;
-override ALPHA_G0: f32 = 0.0;
-override ALPHA_H0: f32 = 0.0;
-override ALPHA_F1: f32 = 0.0;
-override ALPHA_G1: f32 = 0.0;
-override ALPHA_H1: f32 = 0.0;
-override BETA_F0: f32 = 0.0;
-override BETA_G0: f32 = 0.0;
-override BETA_H0: f32 = 0.0;
-override BETA_F1: f32 = 0.0;
-override BETA_G1: f32 = 0.0;
-override BETA_H1: f32 = 0.0;
 override PERSISTENT: bool = false;
 override NB: u32 = 1u;
 override WG_STEP: u32 = 64u;
@@ -114,14 +95,7 @@ struct Sched {
 // Persistent kernels: the hidden state of the workgroup's rows (layout set by the kernel).
 var<workgroup> hs: array<vec4<f32>, HS_LEN>;
 
-// ---- activations: helpers in activations.wgsl, `act` generated (see the header) ----------
-fn clip_(x: f32) -> f32 {
-  if HAS_CLIP {
-    return keep_nan(x, clamp(x, -CLIP, CLIP));
-  }
-  return x;
-}
-
+// ---- activations: overrides, clip_ and helpers in activations.wgsl, `act` generated (see the header)
 // f and g see clipped inputs; LSTM's h(C) does not (as onnxruntime).
 fn act_f(d: u32, x: f32) -> f32 {
   if d == 0u {

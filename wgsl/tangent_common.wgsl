@@ -21,32 +21,19 @@ const S_A: u32 = 4u;   // LSTM: dc;  GRU lbr=0: dz (phase 1 -> 2)
 const S_B: u32 = 5u;   // LSTM: the forward's c before the step;  GRU lbr=0: u = dr⊙hp + r⊙dh
 const S_C: u32 = 6u;   // GRU lbr=0: v = r⊙hp
 
-// d clip(v, lo, hi) / dv: 1 inside, 0 outside, 0.5 on a bound (jax's jvp of max/min at a tie)
-fn clip_d_(v: f32, lo: f32, hi: f32) -> f32 {
-  return select(select(0.0, 0.5, v == lo || v == hi), 1.0, v > lo && v < hi);
-}
-
-// d/dx of clip_(x)
-fn clip_dx(x: f32) -> f32 {
-  if HAS_CLIP {
-    return clip_d_(x, -CLIP, CLIP);
-  }
-  return 1.0;
-}
-
 // d/dx of act_f / act_g (clipped inputs) and act_h (never clipped)
 fn dact_f(d: u32, x: f32) -> f32 {
   if d == 0u {
-    return act_d(ACT_F0, clip_(x), ALPHA_F0, BETA_F0) * clip_dx(x);
+    return act_d(ACT_F0, clip_(x), ALPHA_F0, BETA_F0) * clip_d(x);
   }
-  return act_d(ACT_F1, clip_(x), ALPHA_F1, BETA_F1) * clip_dx(x);
+  return act_d(ACT_F1, clip_(x), ALPHA_F1, BETA_F1) * clip_d(x);
 }
 
 fn dact_g(d: u32, x: f32) -> f32 {
   if d == 0u {
-    return act_d(ACT_G0, clip_(x), ALPHA_G0, BETA_G0) * clip_dx(x);
+    return act_d(ACT_G0, clip_(x), ALPHA_G0, BETA_G0) * clip_d(x);
   }
-  return act_d(ACT_G1, clip_(x), ALPHA_G1, BETA_G1) * clip_dx(x);
+  return act_d(ACT_G1, clip_(x), ALPHA_G1, BETA_G1) * clip_d(x);
 }
 
 fn dact_h(d: u32, x: f32) -> f32 {
