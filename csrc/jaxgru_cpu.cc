@@ -337,6 +337,33 @@ void execute(const std::shared_ptr<Call>& call, ffi::ThreadPool& pool, int64_t c
   while (c.active.load() != 0) std::this_thread::yield();
 }
 
+// Runs a configured call and writes its carried state out; shared by the forward (h and c)
+// and the backward (their cotangents). With no step to run (L or N is 0) the state passes
+// through from `in_h`/`in_c`; otherwise it is the padded per-direction carry after the last
+// step (`h`/`c`, or `dh`/`dc` for the backward), unpadded from Hp to H. The c pointers are
+// null for GRU.
+ffi::Error run_and_finish(const std::shared_ptr<Call>& call, ffi::ThreadPool& pool, int64_t threads,
+                          const float* in_h, const float* in_c, float* out_h, float* out_c, bool cotangents) {
+  Layer& ly = call->ly;
+  const size_t states = sizeof(float) * ly.D * ly.N * ly.H;
+  if (ly.L == 0 || ly.N == 0) {
+    std::memcpy(out_h, in_h, states);
+    if (out_c) std::memcpy(out_c, in_c, states);
+    return ffi::Error::Success();
+  }
+  prepare(*call);
+  execute(call, pool, threads);
+  for (int d = 0; d < ly.D; ++d) {
+    const float* hf = cotangents ? ly.dir[d].dh[ly.L & 1] : ly.dir[d].h[ly.L & 1];
+    const float* cf = cotangents ? ly.dir[d].dc : ly.dir[d].c;
+    for (int64_t n = 0; n < ly.N; ++n) {
+      std::memcpy(out_h + (d * ly.N + n) * ly.H, hf + n * ly.Hp, ly.H * sizeof(float));
+      if (out_c) std::memcpy(out_c + (d * ly.N + n) * ly.H, cf + n * ly.Hp, ly.H * sizeof(float));
+    }
+  }
+  return ffi::Error::Success();
+}
+
 ffi::Error run_layer(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32> x,
                      ffi::Buffer<ffi::F32> w, ffi::Buffer<ffi::F32> r, ffi::Buffer<ffi::F32> b,
                      const float* p, ffi::Buffer<ffi::F32> h0, const float* c0,
@@ -352,22 +379,8 @@ ffi::Error run_layer(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32
   ly.x = x.typed_data(); ly.w = w.typed_data(); ly.r = r.typed_data(); ly.b = b.typed_data();
   ly.p = p; ly.h0 = h0.typed_data(); ly.c0 = c0; ly.lens = lens.typed_data();
   ly.y = y->typed_data(); ly.yh = yh->typed_data(); ly.yc = yc; ly.res = at.residuals ? res->typed_data() : nullptr;
-  if (ly.L == 0 || ly.N == 0) {  // nothing to run: the final states are the initial ones
-    std::memcpy(ly.yh, ly.h0, sizeof(float) * ly.D * ly.N * ly.H);
-    if (ly.yc) std::memcpy(ly.yc, ly.c0, sizeof(float) * ly.D * ly.N * ly.H);
-    return ffi::Error::Success();
-  }
-  prepare(c);
-  execute(call, pool, at.threads);
   // final states: the state after each row's last valid step (held through the padding)
-  for (int d = 0; d < ly.D; ++d) {
-    const float* hf = ly.dir[d].h[ly.L & 1];
-    for (int64_t n = 0; n < ly.N; ++n) {
-      std::memcpy(ly.yh + (d * ly.N + n) * ly.H, hf + n * ly.Hp, ly.H * sizeof(float));
-      if (ly.yc) std::memcpy(ly.yc + (d * ly.N + n) * ly.H, ly.dir[d].c + n * ly.Hp, ly.H * sizeof(float));
-    }
-  }
-  return ffi::Error::Success();
+  return run_and_finish(call, pool, at.threads, ly.h0, ly.c0, ly.yh, ly.yc, /*cotangents=*/false);
 }
 
 // The backward's reverse recurrence (the serial part; the weight gradients are GEMMs over all
@@ -388,21 +401,8 @@ ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::
   ly.gy = gy.typed_data(); ly.res = const_cast<float*>(res.typed_data()); ly.hp = hp.typed_data();
   ly.cp = cp; ly.dhT = dhT.typed_data(); ly.dcT = dcT;
   ly.dgx = dgx->typed_data(); ly.dgh = dgh; ly.dh0 = dh0->typed_data(); ly.dc0 = dc0;
-  if (ly.L == 0 || ly.N == 0) {
-    std::memcpy(ly.dh0, ly.dhT, sizeof(float) * ly.D * ly.N * ly.H);
-    if (ly.dc0) std::memcpy(ly.dc0, ly.dcT, sizeof(float) * ly.D * ly.N * ly.H);
-    return ffi::Error::Success();
-  }
-  prepare(c);
-  execute(call, pool, at.threads);
-  for (int d = 0; d < ly.D; ++d) {
-    const float* dhf = ly.dir[d].dh[ly.L & 1];
-    for (int64_t n = 0; n < ly.N; ++n) {
-      std::memcpy(ly.dh0 + (d * ly.N + n) * ly.H, dhf + n * ly.Hp, ly.H * sizeof(float));
-      if (ly.dc0) std::memcpy(ly.dc0 + (d * ly.N + n) * ly.H, ly.dir[d].dc + n * ly.Hp, ly.H * sizeof(float));
-    }
-  }
-  return ffi::Error::Success();
+  // the initial states' cotangents: the carry after the last processed step
+  return run_and_finish(call, pool, at.threads, ly.dhT, ly.dcT, ly.dh0, ly.dc0, /*cotangents=*/true);
 }
 
 #define JAXGRU_ATTRS(B)                                                                              \
