@@ -420,6 +420,37 @@ def test_caches_stay_bounded(monkeypatch):
     assert after["pipelines"] == before["pipelines"]
 
 
+def test_repeated_calls_reuse_their_bind_groups_and_see_new_values():
+    """A repeated call binds the same pooled buffers, so its bind groups come from the cache
+    (none is created), and every call still computes from the values it was given."""
+    cfg = make_cfg("lstm", "bidirectional", peepholes=True)
+    ops = make_operands(cfg)
+    groups = runtime.runtime().groups
+    check(cfg, ops)  # the first call creates them
+    misses = groups.misses
+    for i in range(3):
+        ops = [a + np.float32(0.1 * (i + 1)) if a.dtype == np.float32 else a for a in ops]  # new x, weights, states
+        check(cfg, ops)
+    assert groups.misses == misses and groups.hits > 0
+
+
+def test_a_destroyed_buffer_takes_its_bind_groups_with_it(monkeypatch):
+    rt = runtime.runtime()
+    cfg = make_cfg("gru", "forward")
+    ops = make_operands(cfg, L=3, N=2, H=5)
+    check(cfg, ops)
+    monkeypatch.setattr(rt.pool, "max_idle_per_class", 0)  # every released buffer is destroyed
+    entries = rt.groups.stats()["entries"]
+    check(cfg, ops)
+    # the call's scratch buffers were destroyed: none of their bind groups may stay cached
+    # (binding a destroyed buffer is a validation error), and the next call builds new ones
+    assert rt.groups.stats()["entries"] < entries
+    monkeypatch.undo()
+    misses = rt.groups.misses
+    check(cfg, ops)
+    assert rt.groups.misses > misses
+
+
 def test_counters():
     cfg = make_cfg("gru", "bidirectional")  # lbr=0: two stepwise dispatches per step
     ops = make_operands(cfg, L=5, N=4, H=6)

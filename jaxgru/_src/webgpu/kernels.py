@@ -333,8 +333,7 @@ class _Call:
         try:
             self._run(members, dests, ensemble)
         finally:
-            for buf in self.acquired:
-                self.rt.pool.release(buf)
+            self.rt.pool.release_all(self.acquired)
             self.acquired.clear()
             self.rt.finish_call()
 

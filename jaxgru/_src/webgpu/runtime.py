@@ -20,7 +20,7 @@ from typing import TypeVar
 import wgpu
 
 from jaxgru._src.webgpu import plan, shaders
-from jaxgru._src.webgpu.caches import BufferPool, DeviceCache
+from jaxgru._src.webgpu.caches import BindGroupCache, BufferPool, DeviceCache
 
 T = TypeVar("T")
 
@@ -205,7 +205,7 @@ def is_available() -> bool:
 # the device
 # --------------------------------------------------------------------------------------
 class Runtime:
-    """One device with its pipelines, scratch-buffer pool and schedule-table cache.
+    """One device with its pipelines, scratch-buffer pool, schedule-table cache and bind groups.
 
     Args:
       adapter: the adapter to open.
@@ -223,8 +223,10 @@ class Runtime:
         self.has_f16 = "shader-f16" in self.features
         self.has_timestamps = "timestamp-query" in self.features
         self.timestamp_period = _timestamp_period(self.queue) if self.has_timestamps else 1.0
-        self.pool = BufferPool(self.device, self.limits["max-buffer-size"])
-        self.tables = DeviceCache()  # schedule tables (uniforms), keyed by what they are made of
+        self.groups = BindGroupCache()
+        self.pool = BufferPool(self.device, self.limits["max-buffer-size"], on_destroy=self.groups.forget)
+        # schedule tables (uniforms), keyed by what they are made of
+        self.tables = DeviceCache(on_destroy=self.groups.forget)
         self._modules: dict[tuple[str, str], wgpu.GPUShaderModule] = {}
         self._layouts: dict[str, tuple[wgpu.GPUBindGroupLayout, wgpu.GPUPipelineLayout]] = {}
         self._pipelines: collections.OrderedDict[tuple, wgpu.GPUComputePipeline] = (
@@ -291,12 +293,19 @@ class Runtime:
 
     def bind_group(self, family: str, resources: dict[int, tuple[wgpu.GPUBuffer, int]]
                    ) -> wgpu.GPUBindGroup:
-        """A bind group of ``family``'s layout; resources map binding -> (buffer, bytes bound)."""
-        entries = [
-            {"binding": b, "resource": {"buffer": buf, "offset": 0, "size": size}}
-            for b, (buf, size) in sorted(resources.items())
-        ]
-        return self.device.create_bind_group(layout=self.layout(family)[0], entries=entries)
+        """A bind group of ``family``'s layout; resources map binding -> (buffer, bytes bound).
+
+        Cached (:class:`~jaxgru._src.webgpu.caches.BindGroupCache`): a repeated call binds the
+        same pooled buffers and gets its bind groups back without creating them.
+        """
+        bindings = tuple((b, buf, size) for b, (buf, size) in sorted(resources.items()))
+
+        def create() -> wgpu.GPUBindGroup:
+            entries = [{"binding": b, "resource": {"buffer": buf, "offset": 0, "size": size}}
+                       for b, buf, size in bindings]
+            return self.device.create_bind_group(layout=self.layout(family)[0], entries=entries)
+
+        return self.groups.get(family, bindings, create)
 
     def query_set(self) -> wgpu.GPUQuerySet:
         """Two timestamp queries (start and end of a pass), created once."""
@@ -309,12 +318,13 @@ class Runtime:
         self.tables.trim()
 
     def stats(self) -> dict:
-        """Sizes of the pipeline cache, scratch pool and table cache, with their bounds."""
+        """Sizes of the pipeline cache, scratch pool, table cache and bind groups, with their bounds."""
         return {
             "pipelines": len(self._pipelines),
             "max_pipelines": PIPELINE_CACHE_SIZE,
             "pool": self.pool.stats(),
             "tables": self.tables.stats(),
+            "bind_groups": self.groups.stats(),
         }
 
     def close(self) -> None:

@@ -252,8 +252,7 @@ class _Call(kernels._Call):
         try:
             self._record(items, dests, ensemble)
         finally:
-            for buf in self.acquired:
-                self.rt.pool.release(buf)
+            self.rt.pool.release_all(self.acquired)
             self.acquired.clear()
             self.rt.finish_call()
 
