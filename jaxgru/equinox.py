@@ -179,6 +179,7 @@ class GRU(_Stack):
       activation_alpha: alpha values of the activations, as in ``jaxgru.gru``.
       activation_beta: beta values of the activations, as in ``jaxgru.gru``.
       clip: clamp every activation input into ``[-clip, clip]``; None for no clipping.
+      recurrent_dtype: None, or "float16": R rounded to float16 in every call (see ``jaxgru.gru``).
       backend: "auto", "xla", "wgsl" or "cpu" (see docs/backends.md).
       dropout: the rate in [0, 1) of dropout on each layer's output but the last, as PyTorch's
         ``dropout`` (inverted: kept values scaled by ``1 / (1 - dropout)``); 0 for none.
@@ -221,6 +222,7 @@ class GRU(_Stack):
         activation_alpha: Sequence[float] | None = None,
         activation_beta: Sequence[float] | None = None,
         clip: float | None = None,
+        recurrent_dtype: str | None = None,
         backend: str = "auto",
         dropout: float = 0.0,
         inference: bool = False,
@@ -316,6 +318,7 @@ class LSTM(_Stack):
       activation_alpha: alpha values of the activations, as in ``jaxgru.lstm``.
       activation_beta: beta values of the activations, as in ``jaxgru.lstm``.
       clip: clamp every gate's activation input into ``[-clip, clip]``; None for no clipping.
+      recurrent_dtype: None, or "float16": R rounded to float16 in every call (see ``jaxgru.lstm``).
       backend: "auto", "xla", "wgsl" or "cpu" (see docs/backends.md).
       dropout: the rate in [0, 1) of dropout on each layer's output but the last, as PyTorch's
         ``dropout`` (inverted: kept values scaled by ``1 / (1 - dropout)``); 0 for none.
@@ -354,6 +357,7 @@ class LSTM(_Stack):
         activation_alpha: Sequence[float] | None = None,
         activation_beta: Sequence[float] | None = None,
         clip: float | None = None,
+        recurrent_dtype: str | None = None,
         backend: str = "auto",
         dropout: float = 0.0,
         inference: bool = False,

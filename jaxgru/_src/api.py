@@ -17,7 +17,16 @@ from jax.typing import ArrayLike
 from jaxgru._src import backends, shapes
 from jaxgru._src import dropout as _dropout
 from jaxgru._src.cells import direction_axis, spec
-from jaxgru._src.options import OPTIONS_BY_NAME, check_names, make_config, num_directions, option_names, pick
+from jaxgru._src.options import (
+    OPTIONS_BY_NAME,
+    RNNConfig,
+    check_names,
+    make_config,
+    num_directions,
+    option_names,
+    pick,
+    rounds_recurrent,
+)
 from jaxgru._src.params import PARAMS_TYPE, GRUParams, LSTMParams
 from jaxgru._src.primitives import run_layer
 
@@ -134,9 +143,26 @@ def _layer(cell: str, fname: str, params: Any, x: Any, states: Mapping[str, Any]
         else:
             operands.append(jnp.zeros(zeros[o.field], dtype) if v is None else jnp.asarray(v).astype(dtype))
     shapes.check_operands(cfg, fname, operands)
+    operands = _round_recurrent(cfg, fname, operands, dtype)
     cfg = backends.configure(cfg, fname, dtype)
     out_dtype = jax.dtypes.canonicalize_dtype(x.dtype)
     return tuple(o.astype(out_dtype) for o in run_layer(cfg, operands))
+
+
+def _round_recurrent(cfg: RNNConfig, fname: str, operands: list[jax.Array], dtype: Any) -> list[jax.Array]:
+    """``recurrent_dtype="float16"``: R (and an LSTM's proj) rounded to float16, on every backend.
+
+    The rounding is done here, in the program, before the primitive, so every backend computes
+    with the same values (the wgsl backend then stores them in f16 losslessly) and the
+    derivatives need no rule of their own: the gradient passes straight through the rounding
+    (``r + stop_gradient(round(r) - r)`` is ``round(r)``, exactly: the difference of a float32
+    and its float16 rounding is a float32).
+    """
+    if not rounds_recurrent(fname, cfg.recurrent_dtype, dtype):
+        return operands
+    ops = spec(cfg.cell).operands_for(cfg)
+    return [a + jax.lax.stop_gradient(a.astype(jnp.float16).astype(a.dtype) - a) if o.field in ("r", "proj") else a
+            for o, a in zip(ops, operands, strict=True)]
 
 
 # --------------------------------------------------------------------------------------
@@ -155,6 +181,7 @@ def gru(
     activation_alpha: Sequence[float] | None = None,
     activation_beta: Sequence[float] | None = None,
     clip: float | None = None,
+    recurrent_dtype: str | None = None,
     backend: str = "auto",
 ) -> tuple[jax.Array, jax.Array]:
     """The ONNX ``GRU`` operator (opset 22): a GRU layer over a whole sequence.
@@ -172,6 +199,10 @@ def gru(
       activation_alpha: alpha values, consumed in order by the activations that take one.
       activation_beta: beta values, likewise.
       clip: clamp every activation input into ``[-clip, clip]``.
+      recurrent_dtype: None, or "float16": the recurrent weights ``r`` rounded to float16
+        (accumulation stays float32; the gradient passes straight through the rounding). On
+        the wgsl backend R's device copy is then f16 (half the bytes read per step); every
+        backend computes with the same rounded values. For float32 calls.
       backend: "auto", "xla", "wgsl" or "cpu" (see docs/backends.md).
 
     Returns:
@@ -207,6 +238,7 @@ def lstm(
     activation_alpha: Sequence[float] | None = None,
     activation_beta: Sequence[float] | None = None,
     clip: float | None = None,
+    recurrent_dtype: str | None = None,
     backend: str = "auto",
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The ONNX ``LSTM`` operator (opset 22): an LSTM layer over a whole sequence.
@@ -227,6 +259,10 @@ def lstm(
       activation_alpha: alpha values, consumed in order by the activations that take one.
       activation_beta: beta values, likewise.
       clip: clamp every gate's activation input into ``[-clip, clip]``.
+      recurrent_dtype: None, or "float16": the recurrent weights ``r`` and ``proj`` rounded to float16
+        (accumulation stays float32; the gradient passes straight through the rounding). On
+        the wgsl backend R's device copy is then f16 (half the bytes read per step); every
+        backend computes with the same rounded values. For float32 calls.
       backend: "auto", "xla", "wgsl" or "cpu" (see docs/backends.md).
 
     Returns:
@@ -290,7 +326,7 @@ def gru_cell(params: GRUParams, x_t: ArrayLike, h: ArrayLike, **options: Any) ->
       x_t: inputs ``[N, I]``.
       h: previous hidden state ``[N, H]``.
       **options: ``linear_before_reset``, ``activations``, ``activation_alpha``,
-        ``activation_beta``, ``clip``, ``backend`` as in ``gru``.
+        ``activation_beta``, ``clip``, ``recurrent_dtype``, ``backend`` as in ``gru``.
 
     Returns:
       The new hidden state ``[N, H]``.
@@ -310,7 +346,7 @@ def lstm_cell(
       h: previous hidden state ``[N, H]`` (``[N, P]`` with a projection ``params.proj``).
       c: previous cell state ``[N, H]``.
       **options: ``input_forget``, ``activations``, ``activation_alpha``, ``activation_beta``,
-        ``clip``, ``backend`` as in ``lstm``.
+        ``clip``, ``recurrent_dtype``, ``backend`` as in ``lstm``.
 
     Returns:
       ``(h, c)``, the new hidden and cell states ``[N, H]`` (with ``params.proj``: h

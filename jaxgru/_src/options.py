@@ -11,6 +11,7 @@ tests/test_options.py asserts that each matches this table.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import numbers
@@ -64,6 +65,37 @@ def _clip(fname: str, name: str, v: Any) -> float | None:
     if math.isnan(v) or v <= 0:
         raise ValueError(f"{fname}: {name} must be a positive number or None; got {v!r}.")
     return None if math.isinf(v) else v
+
+
+RECURRENT_DTYPES = ("float16",)
+
+
+def _recurrent_dtype(fname: str, name: str, v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, str) and v in RECURRENT_DTYPES:
+        return v
+    if not isinstance(v, str):
+        with contextlib.suppress(TypeError):  # a dtype object (jnp.float16, np.dtype(...)) by name
+            v = np.dtype(v).name
+        if v in RECURRENT_DTYPES:
+            return v
+    raise ValueError(f"{fname}: {name} must be None or one of {RECURRENT_DTYPES}; got {v!r}.")
+
+
+def rounds_recurrent(fname: str, recurrent_dtype: str | None, dtype: Any) -> bool:
+    """Whether a call's recurrent weights are rounded (``recurrent_dtype="float16"`` and float32
+    weights; float16 ones are float16 already).
+
+    Raises:
+      ValueError: recurrent_dtype with bfloat16 or float64 weights.
+    """
+    if recurrent_dtype is None or np.dtype(dtype) == np.float16:
+        return False
+    if np.dtype(dtype) != np.float32:
+        raise ValueError(f"{fname}: recurrent_dtype={recurrent_dtype!r} applies to float32 calls (float16 "
+                         f"calls keep R in float16 already); got {np.dtype(dtype).name} operands.")
+    return True
 
 
 def _names(fname: str, name: str, v: Any) -> tuple[str, ...] | None:
@@ -141,6 +173,8 @@ OPTIONS: tuple[Option, ...] = (
            onnx_type="floats"),
     Option("clip", None, _clip, "clamp every activation input into [-clip, clip]", onnx="clip",
            onnx_type="float"),
+    Option("recurrent_dtype", None, _recurrent_dtype,
+           'None, or "float16": R (and an LSTM\'s proj) rounded to float16, float32 accumulation'),
     Option("backend", "auto", _choice(BACKENDS), '"auto", "xla", "wgsl" or "cpu"'),
 )
 OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
@@ -214,6 +248,9 @@ class RNNConfig:
       proj: LSTM only, whether the output projection ``proj`` is applied (h = proj·(o ⊙ h(C))).
       flags: the cell's boolean options (``OPTIONS`` entries with ``flag``), as (name, value);
         each reads as an attribute: ``cfg.linear_before_reset``, ``cfg.input_forget``.
+      recurrent_dtype: None, or "float16": the recurrent weights were rounded to float16 before
+        the primitive (``api._round_recurrent``); the wgsl backend then keeps R's device copy
+        in f16 (exact: the values are f16 already) and reads half the bytes per step.
     """
 
     cell: Cell
@@ -226,6 +263,7 @@ class RNNConfig:
     peepholes: bool = False
     flags: tuple[tuple[str, bool], ...] = ()
     proj: bool = False
+    recurrent_dtype: str | None = None
     auto: bool = False
 
     def __getattr__(self, name: str) -> bool:
@@ -255,6 +293,8 @@ class RNNConfig:
             parts.append(f"peepholes={int(self.peepholes)}")
         if self.proj:  # only when set: the repr of an unprojected call is unchanged
             parts.append("proj=1")
+        if self.recurrent_dtype:  # likewise
+            parts.append(f"recurrent_dtype={self.recurrent_dtype}")
         parts += [f"acts={acts}", f"clip={self.clip}", f"ragged={int(self.ragged)}", self.backend]
         return f"RNNConfig({', '.join(parts)})"
 
@@ -306,4 +346,5 @@ def make_config(cell: str, fname: str, *, ragged: bool = False, peepholes: bool 
         peepholes=peepholes,
         flags=tuple((o.name, v[o.name]) for o in flags_for(cell)),
         proj=proj,
+        recurrent_dtype=v["recurrent_dtype"],
     )

@@ -21,7 +21,7 @@ import numpy as np
 
 from jaxgru._src import dropout as _dropout
 from jaxgru._src.cells import CELLS, spec
-from jaxgru._src.options import flags_for, option_names
+from jaxgru._src.options import OPTIONS_BY_NAME, flags_for, option_names, rounds_recurrent
 from jaxgru._src.params import PARAMS_TYPE, GRUParams, LSTMParams
 from jaxgru.interop import _common as C
 from jaxgru.interop import _layout
@@ -188,6 +188,11 @@ def _check_options(fname: str, cell: str, options: dict) -> tuple[str, int, floa
     return direction, int(layout), _dropout.check_rate(fname, options.get("dropout", 0.0))
 
 
+def _f16(a: np.ndarray) -> np.ndarray:
+    """``a`` rounded to float16, in its own dtype (``recurrent_dtype="float16"``)."""
+    return a.astype(np.float16).astype(a.dtype)
+
+
 def _layers_kind(fname: str, layers) -> str:
     """"gru" or "lstm" for a non-empty list of one parameter kind."""
     if isinstance(layers, (GRUParams, LSTMParams)) or not isinstance(layers, (list, tuple)) or not layers:
@@ -307,6 +312,11 @@ def to_torch(
     direction, layout, dropout = _check_options(fname, cell, options)
     d = C.num_directions(direction)
     hidden, input_size, proj_size, arrays = _check_layers(fname, layers, cell, d)
+    recurrent = OPTIONS_BY_NAME["recurrent_dtype"].check(fname, "options['recurrent_dtype']",
+                                                         options.get("recurrent_dtype"))
+    if rounds_recurrent(fname, recurrent, arrays[0][1].dtype):
+        # the module computes what the layers do: R and proj as the layer rounds them
+        arrays = [(w, _f16(r), b, None if pj is None else _f16(pj)) for w, r, b, pj in arrays]
     has_bias = any(b is not None for _, _, b, _ in arrays)
     if module is None:
         dtype = _numpy_to_torch(np.zeros(0, arrays[0][0].dtype)).dtype

@@ -45,8 +45,9 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
       residuals: also return ``res [D, L, N, K]`` (float32, processing order).
       ensemble: number of independent members (0: no ensemble axis).
       variant: "auto", "persistent", "stepwise" or "tiled" (see plan.py).
-      r_storage: "auto" (R's device copy in the storage type), "f32", or "f16": R in f16 where
-        the device has ``shader-f16`` (``plan.module_storage``; accumulation stays f32).
+      r_storage: "auto" (R's device copy in the storage type, or in f16 when
+        ``cfg.recurrent_dtype`` is "float16": R's values are f16 already), "f32", or "f16": R in
+        f16 where the device has ``shader-f16`` (``plan.module_storage``; accumulation stays f32).
       out: writable arrays of the outputs' shapes and dtypes (XLA's output buffers, from the
         callback): the results are copied once, from the mapped read-back straight into them.
         None allocates them.
@@ -71,6 +72,8 @@ def forward(cfg: RNNConfig, operands, *, residuals: bool, ensemble: int = 0, var
     if variant not in plan.VARIANTS:
         raise ValueError(f"{_FNAME}: variant must be one of {plan.VARIANTS}; got {variant!r}.")
     plan.module_storage("f32", r_storage, False)  # validates r_storage before any work
+    if r_storage == "auto" and cfg.recurrent_dtype == "float16":
+        r_storage = "f16"
     members = [operands] if not ensemble else [[a[e] for a in operands] for e in range(ensemble)]
     x0, r0 = members[0][0], members[0][2]
     # with a projection R is [D, G·H, P]: H from its rows, P from its columns
