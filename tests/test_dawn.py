@@ -198,6 +198,12 @@ def matrix(f16: bool) -> list[Case]:
         if f16:
             bwd(f"f16-{kind}", make_cfg(cell, "bidirectional", ragged=True, layout=1, **opts), {"lens": RAGGED},
                 f16=True)
+    # the projected LSTM's backward (PROJ): P < H and P > H, both layouts, peepholes, clip, f16
+    for direction, layout, proj_size, clip in (("bidirectional", 1, 2, 0.5), ("reverse", 0, 9, None)):
+        cfg = make_cfg("lstm", direction, layout=layout, ragged=True, clip=clip, peepholes=True, proj=True)
+        bwd(f"lstm-proj{proj_size}-{direction}-layout{layout}", cfg, {"lens": RAGGED, "P": proj_size})
+        if f16:
+            bwd(f"f16-lstm-proj{proj_size}-{direction}", cfg, {"lens": RAGGED, "P": proj_size}, f16=True)
     for name in NAMES:  # each activation's derivative (alpha/beta) as f, g and h
         act = Activation(name, 0.7, 0.2)
         bwd(f"act-{name}", make_cfg("lstm", "bidirectional", acts=((act, TANH, act), (SIG, act, TANH))))
@@ -210,6 +216,9 @@ def matrix(f16: bool) -> list[Case]:
     rep("replay-backward-lstm-peepholes-layout1-clip",
         make_cfg("lstm", "bidirectional", layout=1, ragged=True, peepholes=True, clip=0.5),
         {"lens": RAGGED}, backward=True)
+    rep("replay-backward-lstm-proj-bidirectional-ragged",
+        make_cfg("lstm", "bidirectional", ragged=True, input_forget=True, proj=True), {"lens": RAGGED, "P": 3},
+        backward=True)
     rep("replay-backward-gru_lbr-reverse-activations",
         make_cfg("gru", "reverse", linear_before_reset=True, acts=((Activation("Elu", 0.7), Activation("Softsign")),)),
         {"L": 6, "N": 3, "I": 5, "H": 7}, backward=True)
@@ -487,11 +496,13 @@ def backward_tail(cfg: RNNConfig, ops: list[np.ndarray], seed: int) -> list[np.n
     """Random y, residuals and output cotangents of the right shapes for a backward call."""
     rng = np.random.default_rng(seed + 100)
     length, batch, _, hidden, d = shapes.sizes(cfg, ops[0], ops[2])
-    y = shapes.y_shape(cfg.layout, length, d, batch, hidden)
-    state = shapes.state_shape(cfg, batch, hidden)
+    out = shapes.out_size(cfg, ops[2])  # features of Y and h: P with a projection
+    y = shapes.y_shape(cfg.layout, length, d, batch, out)
+    cell = spec(cfg.cell)
+    states = [shapes.state_shape(cfg, batch, cell.state_size(o.field, hidden, out)) for o in cell.state_operands]
     res = shapes.residual_shape(cfg, length, batch, hidden)
     f = lambda s, dt=ops[0].dtype: (rng.standard_normal(s) * 0.5).astype(dt)
-    return [f(y), f(res, np.float32), f(y), *(f(state) for _ in range(spec(cfg.cell).num_states))]
+    return [f(y), f(res, np.float32), f(y), *(f(s) for s in states)]
 
 
 @contextlib.contextmanager

@@ -199,3 +199,117 @@ def test_empty_shapes_match_the_reference(L, N, I):
     want = reference.backward(cfg, ops, y, res, cts)
     got = backward.backward(cfg, [*ops, np.asarray(y), np.asarray(res), *cts])
     _close(got, want, **F32)
+
+
+# --------------------------------------------------------------------------------------
+# the projected LSTM (proj_size P: h' = proj·(o ⊙ h(c')), R [D, 4H, P]): the same two kernels
+# per step under PROJ and one more GEMM (d proj), against the xla backend's gradients (checked
+# against PyTorch and numerical gradients in test_projection.py)
+# --------------------------------------------------------------------------------------
+def _proj_problem(name, *, direction="forward", layout=0, H=5, P=2, states=True, lens=None, peepholes=False,
+                  N=4, **opts):
+    """(loss(params, x, states, backend), params, x, states) of a projected LSTM; data seeded by ``name``."""
+    rng = np.random.default_rng(seed_of(name))
+    d = 2 if direction == "bidirectional" else 1
+    L, I = 5, 3
+    f32 = lambda *s: jnp.asarray(rng.standard_normal(s) * 0.5, jnp.float32)
+    params = jaxgru.LSTMParams(f32(d, 4 * H, I), f32(d, 4 * H, P), f32(d, 8 * H),
+                               f32(d, 3 * H) if peepholes else None, f32(d, P, H))
+    x = f32(L, N, I) * 2 if layout == 0 else f32(N, L, I) * 2
+    st = {}
+    if states:
+        st = {"initial_h": f32(d, N, P), "initial_c": f32(d, N, H)}
+        if layout == 1:
+            st = {k: jnp.swapaxes(v, 0, 1) for k, v in st.items()}
+    kw = dict(opts, direction=direction, layout=layout)
+    if lens is not None:
+        kw["sequence_lens"] = jnp.asarray(lens, jnp.int32)
+
+    def loss(p, x, s, backend):
+        outs = jaxgru.lstm(p, x, **kw, **s, backend=backend)
+        return sum(jnp.sum(jnp.sin(o.astype(jnp.float32)) * (k + 1)) for k, o in enumerate(outs))
+
+    return loss, params, x, st
+
+
+def _proj_grads(loss, params, x, st, backend):
+    return jax.jit(jax.grad(loss, argnums=(0, 1, 2)), static_argnums=3)(params, x, st, backend)
+
+
+# (name, options): every direction and layout, P < H and P > H (the elementwise kernel's units
+# are max(H, P)), peepholes, input_forget, clip, ragged lengths with a 0 or none, initial states
+# given and absent, other activations
+PROJ_CASES = [
+    ("proj-forward-l0-peep-if-clip", dict(P=2, peepholes=True, input_forget=1, clip=0.7, lens=[5, 0, 3, 1])),
+    ("proj-bidirectional-l1-wide", dict(direction="bidirectional", layout=1, H=3, P=7, states=False)),
+    ("proj-reverse-l1-peep-ragged", dict(direction="reverse", layout=1, P=3, peepholes=True, lens=[2, 5, 0, 4])),
+    ("proj-bidirectional-l0-if-clip-acts", dict(direction="bidirectional", P=4, input_forget=1, clip=0.5,
+                                                 states=False, lens=[5, 0, 3, 1],
+                                                 activations=["HardSigmoid", "Softsign", "Elu"] * 2,
+                                                 activation_alpha=[0.6, 0.6, 0.6, 0.6],
+                                                 activation_beta=[0.4, 0.4])),
+]
+
+
+@pytest.mark.parametrize(("name", "opts"), PROJ_CASES, ids=[c[0] for c in PROJ_CASES])
+def test_projected_gradients_match_xla(name, opts):
+    loss, params, x, st = _proj_problem(name, **opts)
+    want = _proj_grads(loss, params, x, st, "xla")
+    counters.reset_counters()
+    got = _proj_grads(loss, params, x, st, "wgsl")
+    c = counters.counters()["backward"]
+    assert c["calls"] == 1 and c["submits"] == 1  # the backward ran on the device, one submit
+    # two kernels per step (as without a projection), then dW, dR, the two db, dx, d proj (and dP)
+    assert c["dispatches"] == 2 * 5 + 6 + int(bool(opts.get("peepholes")))
+    assert got[0].proj.shape == params.proj.shape
+    _close(got, want, **F32)
+
+
+def test_projected_grad_compiles_to_callbacks_without_a_while_loop():
+    loss, params, x, st = _proj_problem("proj-hlo", direction="bidirectional", P=3, peepholes=True,
+                                        lens=[5, 2, 0, 4])
+    lower = lambda be: jax.jit(jax.grad(lambda p, x, s: loss(p, x, s, be), argnums=(0, 1, 2))).lower(
+        params, x, st).compile().as_text()
+    loop = re.compile(r"\swhile\(")
+    hlo = lower("wgsl")
+    assert not loop.search(hlo)  # neither the forward nor the backward runs on XLA
+    assert hlo.count("xla_buffer_python_cpu_callback") == 2  # the forward and the backward
+    assert loop.search(lower("xla"))  # the pattern finds the reference's loops
+
+
+def test_projected_check_grads_on_wgsl():
+    loss, params, x, st = _proj_problem("proj-check", direction="bidirectional", H=3, P=2, peepholes=True,
+                                        lens=[5, 2, 0, 1])
+    check_grads(lambda proj, x: loss(params._replace(proj=proj), x, st, "wgsl"), (params.proj, x), order=1,
+                modes=["rev"], atol=2e-2, rtol=2e-2)
+
+
+def test_projected_float16_and_ensemble():
+    loss, params, x, st = _proj_problem("proj-f16", direction="bidirectional", layout=1, P=3, peepholes=True,
+                                        lens=[5, 2, 0, 4])
+    half = jax.tree.map(lambda a: a.astype(jnp.float16), (params, x, st))
+    got = _proj_grads(loss, *half, "wgsl")
+    assert all(g.dtype == jnp.float16 for g in jax.tree.leaves(got))
+    _close(got, _proj_grads(loss, *half, "xla"), atol=4e-3, rtol=4e-3)
+    # vmapped weights: one backward call for both members, each equal to its own xla gradient
+    ens = jax.tree.map(lambda a: jnp.stack([a, -0.5 * a]), params)
+    grad = lambda be: jax.jit(jax.vmap(jax.grad(lambda p: loss(p, x, st, be))))
+    counters.reset_counters()
+    got = grad("wgsl")(ens)
+    assert counters.counters()["backward"]["calls"] == 1
+    _close(got, grad("xla")(ens), **F32)
+
+
+@pytest.mark.parametrize(("L", "N"), [(0, 3), (4, 0)])
+def test_projected_empty_shapes_match_the_reference(L, N):
+    cfg = make_config("lstm", "t", direction="bidirectional", ragged=True, proj=True)
+    rng = np.random.default_rng(1)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)
+    H, P, D, I = 3, 2, 2, 2
+    ops = [f(L, N, I), f(D, 4 * H, I), f(D, 4 * H, P), f(D, 8 * H), f(D, 3 * H), f(D, N, P), f(D, N, H),
+           f(D, P, H), np.minimum(np.arange(N), L).astype(np.int32)]
+    y, *_, res = reference.forward(cfg, *ops, residuals=True)
+    cts = [f(L, D, N, P), f(D, N, P), f(D, N, H)]
+    want = reference.backward(cfg, ops, y, res, cts)
+    got = backward.backward(cfg, [*ops, np.asarray(y), np.asarray(res), *cts])
+    _close(got, want, **F32)

@@ -15,14 +15,20 @@
 // residuals are stored that way); tt = time_of(d, t, len) is the time index of Y and x. Steps
 // t ≥ len (padding) have zero gate cotangents and pass the carried dh (and dc) through.
 //
+// A projected LSTM (PROJ, P = proj_size; lstm_backward.wgsl): h, Y and dh have P features
+// (`yw()`), R is [D, G·H, P] and the mat-vec kernels run over blocks of P units; the elementwise
+// kernel runs one invocation per unit of max(H, P) (`sw()`, also the row width of the carry and
+// of h0, c0: each state's row padded to it).
+//
 // Bindings (group 0), the same for every backward recurrence kernel (family "backward"):
 //   0  fdata   array<f32>  read        res [D, L, N, K·H] at 0 (the forward's residuals, processing
-//                                    order) | h0, c0 [S, D, N, H] at dims.off_init | P [D, 3H]
+//                                    order) | h0, c0 [S, D, N, sw()] at dims.off_init | P [D, 3H]
 //                                    at dims.off_p (LSTM peepholes)
 //   1  sdata   array<ST>   read        Y (user layout) at 0 | dY (user layout) at dims.off_gy |
-//                                    R [D, G·H, H] (ONNX layout) at dims.off_r
+//                                    R [D, G·H, yw()] (ONNX layout) at dims.off_r | proj
+//                                    [D, P, H] at dims.off_proj (PROJ)
 //   2  lens  array<i32>  [N]         read        lengths, clamped to [0, L] by the host
-//   3  st    array<f32>  read_write  carry [S, D, N, H] at 0 (dh, dc: the cotangents of the
+//   3  st    array<f32>  read_write  carry [S, D, N, sw()] at 0 (dh, dc: the cotangents of the
 //                                    final states on entry, of the initial states at the end) |
 //                                    gh [D, N, H] at dims.off_gh (dY_t + dh of the step) |
 //                                    drh [D, N, H] at dims.off_drh (GRU lbr=0: d(r⊙h))
@@ -31,7 +37,10 @@
 //                                    the other operands of the weight-gradient GEMMs (wgrad.wgsl).
 //                                    ext: GRU lbr=1 d(H·Rᵀ + Rb) (E = 3); LSTM with peepholes
 //                                    dai⊙c_prev, dao⊙c, daf⊙c_prev (E = 3); else none.
-//                                    hb: h_prev (B = 1), and r⊙h_prev for GRU lbr=0 (B = 2).
+//                                    hb: h_prev (B = 1), and r⊙h_prev for GRU lbr=0 (B = 2),
+//                                    [D, L, N, B·yw()]. PROJ: ghs [D, L, N, P] at dims.off_ghs
+//                                    (dY_t + dh, zero on padding) | m [D, L, N, H] at dims.off_m
+//                                    (o⊙h(c)): d proj = Σ ghsᵀ·m.
 //   6  dims  uniform BDims
 //   7  sched uniform Sched, dynamic offset: the step t of each dispatch
 //
@@ -43,8 +52,9 @@
 //   ACT_{F,G,H}{0,1}, ALPHA_*, BETA_*   activation kind ids and parameters per direction slot
 //                           (these two rows: declared in activations.wgsl)
 //   WG_STEP                 invocations per workgroup
-// Dispatch: a 2-D grid of ceil(D·N·H / WG_STEP) workgroups for the elementwise kernels,
-// ceil(D·ceil(N/4)·ceil(H/4) / WG_STEP) for the mat-vec kernels (x ≤ 65535, y spills over).
+//   PROJ, P                 a projected LSTM and its projection size (lstm_backward.wgsl)
+// Dispatch: a 2-D grid of ceil(D·N·sw() / WG_STEP) workgroups for the elementwise kernels,
+// ceil(D·ceil(N/4)·ceil(yw()/4) / WG_STEP) for the mat-vec kernels (x ≤ 65535, y spills over).
 
 override G: u32;
 override K: u32;
@@ -53,6 +63,8 @@ override LAYOUT: u32 = 0u;
 override REV0: bool = false;
 override REV1: bool = true;
 override WG_STEP: u32 = 64u;
+override PROJ: bool = false;
+override P: u32 = 1u;
 
 struct BDims {
   L: u32,
@@ -67,6 +79,10 @@ struct BDims {
   off_gh: u32,
   off_drh: u32,
   off_hb: u32,
+  off_proj: u32,
+  off_ghs: u32,
+  off_m: u32,
+  _p0: u32,
 }
 
 struct Sched {
@@ -123,6 +139,16 @@ fn h_vd(d: u32, x: f32) -> VD {
 }
 
 // ---- indices ------------------------------------------------------------------------------
+// Features of h, Y and dh: P with a projection, else H.
+fn yw() -> u32 {
+  return select(H, P, PROJ);
+}
+
+// Units of the elementwise kernels and the row width of the carry and the initial states.
+fn sw() -> u32 {
+  return select(H, max(H, P), PROJ);
+}
+
 fn is_rev(d: u32) -> bool {
   return select(REV0, REV1, d == 1u);
 }
@@ -136,9 +162,9 @@ fn time_of(d: u32, t: u32, len: u32) -> u32 {
 
 fn y_index(tt: u32, d: u32, n: u32, j: u32) -> u32 {
   if LAYOUT == 0u {
-    return ((tt * dims.D + d) * dims.N + n) * H + j;
+    return ((tt * dims.D + d) * dims.N + n) * yw() + j;
   }
-  return ((n * dims.L + tt) * dims.D + d) * H + j;
+  return ((n * dims.L + tt) * dims.D + d) * yw() + j;
 }
 
 // What one invocation owns.
@@ -151,12 +177,12 @@ struct Unit {
 
 fn unit(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> Unit {
   let i = (wid.y * nwg.x + wid.x) * WG_STEP + lid;
-  let j = i % H;
-  let r = i / H;
+  let j = i % sw();
+  let r = i / sw();
   return Unit(r / dims.N, r % dims.N, j, r < dims.D * dims.N);
 }
 
-// Mat-vec kernels: direction d, rows n0 .. n0+3 and units k0 .. k0+3 (those < N, < H valid).
+// Mat-vec kernels: direction d, rows n0 .. n0+3 and units k0 .. k0+3 (those < N, < yw() valid).
 struct Block {
   d: u32,
   n0: u32,
@@ -166,14 +192,14 @@ struct Block {
 
 fn block(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> Block {
   let i = (wid.y * nwg.x + wid.x) * WG_STEP + lid;
-  let h4 = (H + 3u) / 4u;
+  let h4 = (yw() + 3u) / 4u;
   let nblk = (dims.N + 3u) / 4u;
   let r = i / h4;
   return Block(r / nblk, 4u * (r % nblk), 4u * (i % h4), r < dims.D * nblk);
 }
 
 // acc[r][c] = Σ_{row0 ≤ row < row1} A(d, t, n0 + r, row) · R[d, row, k0 + c], A = the gate
-// cotangents dg (or ext when `from_ext`) of step t; rows past N and units past H re-read the
+// cotangents dg (or ext when `from_ext`) of step t; rows past N and units past yw() re-read the
 // last valid one (in bounds; not stored).
 fn matvec_rows(b: Block, t: u32, row0: u32, row1: u32, from_ext: bool) -> array<array<f32, 4>, 4> {
   var acc = array<array<f32, 4>, 4>();
@@ -181,7 +207,7 @@ fn matvec_rows(b: Block, t: u32, row0: u32, row1: u32, from_ext: bool) -> array<
   var ks = array<u32, 4>();
   for (var r = 0u; r < 4u; r++) {
     ns[r] = min(b.n0 + r, dims.N - 1u);
-    ks[r] = min(b.k0 + r, H - 1u);
+    ks[r] = min(b.k0 + r, yw() - 1u);
   }
   for (var row = row0; row < row1; row++) {
     var w = array<f32, 4>();
@@ -210,7 +236,7 @@ fn res(d: u32, t: u32, n: u32, q: u32, j: u32) -> f32 {
 
 // Initial state s (0: h, 1: c) of unit j.
 fn init(s: u32, d: u32, n: u32, j: u32) -> f32 {
-  return fdata[dims.off_init + ((s * dims.D + d) * dims.N + n) * H + j];
+  return fdata[dims.off_init + ((s * dims.D + d) * dims.N + n) * sw() + j];
 }
 
 fn y_at(tt: u32, d: u32, n: u32, j: u32) -> f32 {
@@ -223,7 +249,12 @@ fn gy_at(tt: u32, d: u32, n: u32, j: u32) -> f32 {
 
 // R[d, row, k] (row = g·H + unit): adjacent invocations (k) read adjacent elements.
 fn r_at(d: u32, row: u32, k: u32) -> f32 {
-  return f32(sdata[dims.off_r + (d * G * H + row) * H + k]);
+  return f32(sdata[dims.off_r + (d * G * H + row) * yw() + k]);
+}
+
+// proj[d, p, j] (PROJ): adjacent invocations (j) read adjacent elements.
+fn proj_at(d: u32, p: u32, j: u32) -> f32 {
+  return f32(sdata[dims.off_proj + (d * P + p) * H + j]);
 }
 
 // h before processing step t (t < len): h0 at t = 0, else Y of step t − 1.
@@ -235,7 +266,7 @@ fn h_prev(d: u32, t: u32, n: u32, j: u32, len: u32) -> f32 {
 }
 
 fn carry_index(s: u32, d: u32, n: u32, j: u32) -> u32 {
-  return ((s * dims.D + d) * dims.N + n) * H + j;
+  return ((s * dims.D + d) * dims.N + n) * sw() + j;
 }
 
 fn gh_index(d: u32, n: u32, j: u32) -> u32 {
@@ -256,16 +287,29 @@ fn ext_index(d: u32, t: u32, n: u32, q: u32, j: u32) -> u32 {
 }
 
 fn hb_index(d: u32, t: u32, n: u32, q: u32, j: u32) -> u32 {
-  return dims.off_hb + ((d * dims.L + t) * dims.N + n) * dims.B * H + q * H + j;
+  return dims.off_hb + ((d * dims.L + t) * dims.N + n) * dims.B * yw() + q * yw() + j;
 }
 
-// Zero gate cotangents (and GEMM operands) on a padding step.
+fn ghs_index(d: u32, t: u32, n: u32, p: u32) -> u32 {
+  return dims.off_ghs + ((d * dims.L + t) * dims.N + n) * P + p;
+}
+
+fn m_index(d: u32, t: u32, n: u32, j: u32) -> u32 {
+  return dims.off_m + ((d * dims.L + t) * dims.N + n) * H + j;
+}
+
+// Zero gate cotangents (and GEMM operands) on a padding step (unit j < H; with PROJ the
+// caller writes hb and ghs, whose units are P).
 fn zero_step(d: u32, t: u32, n: u32, j: u32) {
   for (var g = 0u; g < G; g++) {
     dg[dg_index(d, t, n, g, j)] = 0.0;
   }
   for (var q = 0u; q < dims.E; q++) {
     aux[ext_index(d, t, n, q, j)] = 0.0;
+  }
+  if PROJ {
+    aux[m_index(d, t, n, j)] = 0.0;
+    return;
   }
   for (var q = 0u; q < dims.B; q++) {
     aux[hb_index(d, t, n, q, j)] = 0.0;

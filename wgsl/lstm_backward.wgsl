@@ -9,11 +9,20 @@
 //   dg = [da_i, da_o, da_f, dcell⊙i⊙g'(a_c)];  dh_prev = dg·R
 //   padding steps: dg = 0, dh and dc pass through.
 //
+// A projected LSTM (PROJ: h' = proj·m, m = o⊙h(c), P features): gh = dY_t + dh has P
+// features and is saved (ghs, zero on padding) for d proj = Σ ghsᵀ·m; the cotangent of m is
+// projᵀ·gh, which each unit j < H sums itself (P terms: no other unit's result is needed, so
+// it stays one dispatch), and replaces gh in the formulas above; m is saved for the GEMM
+// (recomputing it there would need the residuals and the activations in wgrad.wgsl);
+// dh_prev = dg·R has P features (R [D, 4H, P]).
+//
 // Bindings: the table in backward_common.wgsl (ext = da_i⊙c_prev, da_o⊙c, da_f⊙c_prev with
-// peepholes; hb = h_prev). Overrides: those of backward_common.wgsl, PEEPHOLES, INPUT_FORGET.
+// peepholes; hb = h_prev; ghs, m with PROJ). Overrides: those of backward_common.wgsl,
+// PEEPHOLES, INPUT_FORGET.
 //
 // Entry points, dispatched in this order for step sched.t:
-//   lstm_bwd_gates   gh, dg, ext, hb and dc_prev (in place in the carry); one invocation per unit
+//   lstm_bwd_gates   gh, dg, ext, hb and dc_prev (in place in the carry), with PROJ ghs and m;
+//                    one invocation per unit (of max(H, P) with PROJ)
 //   lstm_bwd_hidden  dh_prev into the carry (needs every unit's gate cotangents); mat-vec blocks
 
 override PEEPHOLES: bool = false;
@@ -38,14 +47,39 @@ fn lstm_bwd_gates(
   let j = u.j;
   let t = sched.t;
   let len = u32(lens[n]);
-  let dh = st[carry_index(0u, d, n, j)];
-  if t >= len {
-    st[gh_index(d, n, j)] = dh;
+  let valid = t < len;
+  if PROJ {
+    if j < P {  // the cotangent of h' (P features) and h_prev, the GEMMs' operands (zero on padding)
+      var ghp = 0.0;
+      var hp = 0.0;
+      if valid {
+        ghp = gy_at(time_of(d, t, len), d, n, j) + st[carry_index(0u, d, n, j)];
+        hp = h_prev(d, t, n, j, len);
+      }
+      aux[ghs_index(d, t, n, j)] = ghp;
+      aux[hb_index(d, t, n, 0u, j)] = hp;
+    }
+    if j >= H {
+      return;
+    }
+  }
+  if !valid {
+    if !PROJ {
+      st[gh_index(d, n, j)] = st[carry_index(0u, d, n, j)];
+    }
     zero_step(d, t, n, j);
     return;
   }
-  let gh = gy_at(time_of(d, t, len), d, n, j) + dh;
-  st[gh_index(d, n, j)] = gh;
+  var gh = 0.0;
+  if PROJ {  // the cotangent of m = o⊙h(c): projᵀ·(dY_t + dh)
+    let tt = time_of(d, t, len);
+    for (var p = 0u; p < P; p++) {
+      gh += (gy_at(tt, d, n, p) + st[carry_index(0u, d, n, p)]) * proj_at(d, p, j);
+    }
+  } else {
+    gh = gy_at(time_of(d, t, len), d, n, j) + st[carry_index(0u, d, n, j)];
+    st[gh_index(d, n, j)] = gh;
+  }
   let dc = st[carry_index(1u, d, n, j)];
   let i = f_vd(d, res(d, t, n, 0u, j));
   let o = f_vd(d, res(d, t, n, 1u, j));
@@ -83,7 +117,11 @@ fn lstm_bwd_gates(
   dg[dg_index(d, t, n, 1u, j)] = dao;
   dg[dg_index(d, t, n, 2u, j)] = daf;
   dg[dg_index(d, t, n, 3u, j)] = dcell * i.v * cc.d;
-  aux[hb_index(d, t, n, 0u, j)] = h_prev(d, t, n, j, len);
+  if PROJ {
+    aux[m_index(d, t, n, j)] = o.v * hc.v;
+  } else {
+    aux[hb_index(d, t, n, 0u, j)] = h_prev(d, t, n, j, len);
+  }
   st[carry_index(1u, d, n, j)] = dcp;
 }
 
@@ -105,8 +143,12 @@ fn lstm_bwd_hidden(
       let valid = t < u32(lens[n]);
       for (var c = 0u; c < 4u; c++) {
         let k = b.k0 + c;
-        if k < H {
-          st[carry_index(0u, b.d, n, k)] = select(st[gh_index(b.d, n, k)], acc[r][c], valid);
+        if k < yw() {
+          if valid {
+            st[carry_index(0u, b.d, n, k)] = acc[r][c];
+          } else if !PROJ {  // PROJ: the carried dh is left as it is on padding
+            st[carry_index(0u, b.d, n, k)] = st[gh_index(b.d, n, k)];
+          }
         }
       }
     }

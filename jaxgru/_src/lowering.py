@@ -173,10 +173,9 @@ def tangent_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int) -> Any:
 def backward_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int) -> Any:
     # the forward's backend: a wgsl forward (whose residuals are on the host already) gets the
     # wgsl backward; its residuals are uploaded, not recomputed (docs/wgsl.md says why)
-    # (cpu here: a call the native lowering does not take, see cpu_backward_lowering; a projected
-    # LSTM has no WGSL backward kernel yet)
+    # (cpu here: a call the native lowering does not take, see cpu_backward_lowering)
     backend = backends.lowered(cfg, for_export(ctx))
-    if backend in ("xla", "cpu") or (backend == "wgsl" and cfg.proj):
+    if backend in ("xla", "cpu"):
         fn = reference_backward(cfg, ensemble)
     elif backend == "wgsl":
         from jaxgru._src.webgpu import callback  # imports wgpu: only when used

@@ -9,6 +9,11 @@ read-back. Inside the pass, per ensemble member: the reverse-time loop (per step
 order L-1 .. 0: ``<cell>_bwd_gates``, ``gru_bwd_reset`` for GRU lbr=0, ``<cell>_bwd_hidden``;
 wgsl/<cell>_backward.wgsl), then the tiled GEMMs of wgsl/wgrad.wgsl: dW, dR, db (and dP), and
 the cotangent of x. Everything is computed in float32 and cast into the operands' dtypes.
+
+A projected LSTM (``cfg.proj``) runs the same two kernels per step (``PROJ``: h, Y and dh have
+P features; the gates kernel also saves dY_t + dh and m = o ⊙ h(c) per step) and one more GEMM,
+d proj = Σ (dY_t + dh)ᵀ·m (:func:`_proj_gemm`). The carry and the initial states are uploaded
+with rows of max(H, P) (:attr:`Sizes.W`), each state padded to it.
 """
 
 from __future__ import annotations
@@ -58,10 +63,21 @@ class Sizes:
     S: int
     E: int
     B: int
+    P: int = 0  # a projected LSTM's proj_size (features of h and Y), 0: none
 
     @property
     def GH(self) -> int:
         return self.G * self.H
+
+    @property
+    def O(self) -> int:  # noqa: E743
+        """Features of h, Y and dh: P with a projection, else H."""
+        return self.P or self.H
+
+    @property
+    def W(self) -> int:
+        """Row width of the carry and the initial states on the device (max(H, P))."""
+        return max(self.H, self.P)
 
     @property
     def M(self) -> int:
@@ -75,7 +91,9 @@ def sizes(cfg: RNNConfig, x: np.ndarray, r: np.ndarray) -> Sizes:
     lbr = cfg.cell == "gru" and cfg.linear_before_reset
     ext = 3 if lbr or (cfg.cell == "lstm" and cfg.peepholes) else 0
     hb = 2 if cfg.cell == "gru" and not lbr else 1
-    return Sizes(length, batch, isize, hidden, d, cell.num_gates, cell.residuals(cfg), cell.num_states, ext, hb)
+    proj = int(r.shape[-1]) if cfg.proj else 0
+    return Sizes(length, batch, isize, hidden, d, cell.num_gates, cell.residuals(cfg), cell.num_states, ext, hb,
+                 proj)
 
 
 def entries(cfg: RNNConfig) -> list[str]:
@@ -92,7 +110,7 @@ def backward(cfg: RNNConfig, operands, *, ensemble: int = 0, out: Sequence[np.nd
     Args:
       cfg: the layer's options.
       operands: the backward primitive's operands, numpy arrays: the forward's operands (in
-        ``cells.CellSpec.operands`` order, all present), ``y``, ``res``, then the cotangents of
+        ``cells.CellSpec.operands_for(cfg)`` order, all present), ``y``, ``res``, then the cotangents of
         (Y, Y_h[, Y_c]); each with a leading axis of size ``ensemble`` when ``ensemble > 0``.
       ensemble: number of independent members (0: no ensemble axis).
       out: writable arrays of the results' shapes and dtypes (XLA's output buffers, from the
@@ -109,10 +127,11 @@ def backward(cfg: RNNConfig, operands, *, ensemble: int = 0, out: Sequence[np.nd
     t0 = time.perf_counter()
     cell = spec(cfg.cell)
     operands = [np.asarray(a) for a in operands]
-    n = cell.num_operands
-    float_ops = [o for o in cell.operands if o.kind != "lens"]
+    table = cell.operands_for(cfg)
+    n = len(table)
+    float_ops = [o for o in table if o.kind != "lens"]
     dests = (list(out) if out is not None else
-             [np.empty(operands[i].shape, operands[i].dtype) for i, o in enumerate(cell.operands) if o.kind != "lens"])
+             [np.empty(operands[i].shape, operands[i].dtype) for i, o in enumerate(table) if o.kind != "lens"])
     members = [operands] if not ensemble else [[a[e] for a in operands] for e in range(ensemble)]
     own = lambda e: {o.field: (d[e] if ensemble else d) for o, d in zip(float_ops, dests, strict=True)}
     primals0 = cell.unpack(members[0][:n])
@@ -143,7 +162,7 @@ def _states(cfg: RNNConfig, s: np.ndarray) -> np.ndarray:
 def _trivial(cfg: RNNConfig, member: list[np.ndarray], dst: dict[str, np.ndarray]) -> None:
     """L, N or H is 0: zero weight and input cotangents; the states' cotangents pass through."""
     cell = spec(cfg.cell)
-    cts = member[cell.num_operands + 2 :]
+    cts = member[len(cell.operands_for(cfg)) + 2 :]
     for a in dst.values():
         a[...] = 0
     for o, ct in zip(cell.state_operands, cts[1:], strict=True):
@@ -154,22 +173,22 @@ def _trivial(cfg: RNNConfig, member: list[np.ndarray], dst: dict[str, np.ndarray
 class _Member:
     """One member's host arrays, ready to upload (regions of one buffer each, see below)."""
 
-    fdata: list[np.ndarray]  # float32: res | h0, c0 [S, D, N, H] | P [D, 3H] (LSTM)
-    sdata: list[np.ndarray]  # storage dtype: y | dY | R
+    fdata: list[np.ndarray]  # float32: res | h0, c0 [S, D, N, W] | P [D, 3H] (LSTM)
+    sdata: list[np.ndarray]  # storage dtype: y | dY | R | proj (projected LSTM)
     sx: list[np.ndarray]  # storage dtype: x | W
     lens: np.ndarray
-    carry: np.ndarray  # float32 [S, D, N, H]: the cotangents of the final states
+    carry: np.ndarray  # float32 [S, D, N, W]: the cotangents of the final states
 
 
 def _member(cfg: RNNConfig, operands: list[np.ndarray], sz: Sizes, storage: str) -> _Member:
     cell = spec(cfg.cell)
-    n = cell.num_operands
+    n = len(cell.operands_for(cfg))
     ops = cell.unpack(operands[:n])
     y, res, cts = operands[n], operands[n + 1], operands[n + 2 :]
     st = host.STORAGE_DTYPES[storage]
     f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)
     stor = lambda a: np.ascontiguousarray(a, dtype=st)
-    init = np.stack([f32(_states(cfg, getattr(ops, o.field))) for o in cell.state_operands])
+    init = np.stack([_padded(f32(_states(cfg, getattr(ops, o.field))), sz.W) for o in cell.state_operands])
     fdata = [f32(res), init]
     if cfg.cell == "lstm" and cfg.peepholes:
         fdata.append(f32(ops.p))
@@ -177,8 +196,16 @@ def _member(cfg: RNNConfig, operands: list[np.ndarray], sz: Sizes, storage: str)
         lens = np.clip(np.asarray(ops.lens, np.int64), 0, sz.L).astype(np.int32)
     else:
         lens = np.full((sz.N,), sz.L, np.int32)
-    carry = np.stack([f32(_states(cfg, c)) for c in cts[1:]])
-    return _Member(fdata, [stor(y), stor(cts[0]), stor(ops.r)], [stor(ops.x), stor(ops.w)], lens, carry)
+    carry = np.stack([_padded(f32(_states(cfg, c)), sz.W) for c in cts[1:]])
+    sdata = [stor(y), stor(cts[0]), stor(ops.r)] + ([stor(ops.proj)] if cfg.proj else [])
+    return _Member(fdata, sdata, [stor(ops.x), stor(ops.w)], lens, carry)
+
+
+def _padded(state: np.ndarray, width: int) -> np.ndarray:
+    """A state [D, N, F] with rows zero-padded to ``width`` (h0 has P features, c0 H)."""
+    if state.shape[-1] == width:
+        return state
+    return np.pad(state, [(0, 0)] * (state.ndim - 1) + [(0, width - state.shape[-1])])
 
 
 def _layout(parts: Sequence[int]) -> tuple[list[int], int]:
@@ -272,13 +299,13 @@ class _Call:
 
         def wg(a: str, sa: int, a_off: int, p: int, q: int, bmode: int, out_off: int, outr: int, row0: int,
                b_off: int = 0) -> None:
-            fields = {**base, "P": p, "Q": q, "KR": sz.M, "SA": sa, "a_off": a_off, "SB": sz.B * H,
+            fields = {**base, "P": p, "Q": q, "KR": sz.M, "SA": sa, "a_off": a_off, "SB": sz.B * sz.O,
                       "b_off": b_off, "bmode": bmode, "out_off": out_off, "outr": outr, "row0": row0}
             out.append(_Gemm("colsum" if bmode == 2 else "wgrad", a, fields, (q, p, sz.D)))
 
         wg("dg", GH, 0, GH, sz.I, 1, off["dw"], GH, 0)  # dW = dgᵀ·x
         if cfg.cell == "lstm":
-            wg("dg", GH, 0, GH, H, 0, off["dr"], GH, 0)
+            wg("dg", GH, 0, GH, sz.O, 0, off["dr"], GH, 0)  # ·h_prev (P features with a projection)
         elif lbr:
             wg("aux", 3 * H, 0, GH, H, 0, off["dr"], GH, 0)  # d(H·Rᵀ + Rb)ᵀ·h_prev
         else:
@@ -291,6 +318,8 @@ class _Call:
         fields = {**base, "P": sz.M, "Q": sz.I, "KR": sz.D * GH, "SA": GH, "a_off": 0, "SB": 0, "b_off": 0,
                   "bmode": 0, "out_off": off["dx"], "outr": 0, "row0": 0}
         out.append(_Gemm("dx", "dg", fields, (sz.I, sz.M, 1)))
+        if cfg.proj:
+            out.append(_proj_gemm(sz, base, off))
         return [g for g in out if g.grid[0] and g.grid[1]]
 
     def _grid(self, g: _Gemm) -> tuple[int, int, int]:
@@ -320,21 +349,25 @@ class _Call:
         t0 = time.perf_counter()
         consts = kernels.cell_constants(cfg, sz.H)
         consts["WG_STEP"] = STEP_WORKGROUP
+        if cfg.proj:  # only then: an unprojected call's pipelines keep their constants
+            consts.update(PROJ=1, P=sz.P)
         kernel = f"{cfg.cell}_backward"
         step_pipes = [rt.pipeline(kernel, e, self.storage, consts) for e in entries(cfg)]
         tiled = GEMM_TILED if GEMM_TILED is not None else rt.adapter_info.get("adapter_type") != "CPU"
         gconsts = {"LAYOUT": cfg.layout, "REV0": consts["REV0"], "TILED": int(tiled)}
         sched = self._schedule()
         # elementwise kernels: one invocation per unit; mat-vec kernels: per 4 rows x 4 units
-        units = sz.D * sz.N * sz.H
-        blocks = sz.D * -(-sz.N // 4) * -(-sz.H // 4)
+        units = sz.D * sz.N * sz.W
+        blocks = sz.D * -(-sz.N // 4) * -(-sz.O // 4)
         grids = [plan.grid2d(-(-(units if e.endswith("_gates") else blocks) // STEP_WORKGROUP), self.max_dim)
                  for e in entries(cfg)]
         state_n = sz.D * sz.N * sz.H
-        st_offsets, st_total = _layout([sz.S * state_n, state_n, state_n])
-        aux_offsets, aux_total = _layout([sz.D * sz.M * sz.E * sz.H, sz.D * sz.M * sz.B * sz.H])
-        out_parts = {"dx": sz.M * sz.I, "dw": sz.D * sz.GH * sz.I, "dr": sz.D * sz.GH * sz.H, "db": sz.D * 2 * sz.GH,
-                     "dp": sz.D * 3 * sz.H if cfg.cell == "lstm" and cfg.peepholes else 0}
+        carry_n = sz.S * sz.D * sz.N * sz.W
+        st_offsets, st_total = _layout([carry_n, state_n, state_n])
+        aux_offsets, aux_total = _layout([sz.D * sz.M * sz.E * sz.H, sz.D * sz.M * sz.B * sz.O, *_proj_aux(sz)])
+        out_parts = {"dx": sz.M * sz.I, "dw": sz.D * sz.GH * sz.I, "dr": sz.D * sz.GH * sz.O, "db": sz.D * 2 * sz.GH,
+                     "dp": sz.D * 3 * sz.H if cfg.cell == "lstm" and cfg.peepholes else 0,
+                     "dproj": sz.D * sz.P * sz.H}
         out_offsets, out_total = _layout(list(out_parts.values()))
         out_off = dict(zip(out_parts, out_offsets, strict=True))
         jobs = []
@@ -350,11 +383,12 @@ class _Call:
             aux = self._buffer(aux_total * 4, _WORK, "weight-gradient operand")
             out = self._buffer(out_total * 4, _WORK, "gradient")
             dims = self._uniform([sz.L, sz.N, sz.D, sz.E, sz.B, foff[1], foff[2] if len(foff) > 2 else 0,
-                                  soff[1], soff[2], st_offsets[1], st_offsets[2], aux_offsets[1]])
+                                  soff[1], soff[2], st_offsets[1], st_offsets[2], aux_offsets[1],
+                                  soff[3] if cfg.proj else 0, *(aux_offsets[2:] if cfg.proj else (0, 0))])
             step_group = rt.bind_group("backward", {0: fdata, 1: sdata, 2: lens, 3: st, 4: dg, 5: aux, 6: dims,
                                                     7: sched})
             gemms = []
-            for g in self._gemms({**out_off, "hb": aux_offsets[1], "w": xoff[1]}):
+            for g in self._gemms({**out_off, "hb": aux_offsets[1], "w": xoff[1], **_proj_offsets(aux_offsets)}):
                 order = ("P", "Q", "KR", "N", "L", "I", "GH", "SA", "a_off", "SB", "b_off", "off_b", "bmode",
                          "out_off", "outr", "row0", "off_w", "Z")
                 group = rt.bind_group("wgrad", {0: dg if g.a == "dg" else aux, 1: aux, 2: sx, 3: lens, 4: out,
@@ -378,7 +412,7 @@ class _Call:
         cp.end()
         stats.dispatches += len(jobs) * (sz.L * len(step_pipes)) + sum(len(j[1]) for j in jobs)
         stats.passes += 1
-        carry_bytes = sz.S * state_n * 4
+        carry_bytes = carry_n * 4
         per_job = _eights(out_total * 4) + _eights(carry_bytes)
         readback, _ = self._buffer(per_job * len(jobs), _READBACK)
         for i, (_, _, out, st) in enumerate(jobs):
@@ -395,8 +429,8 @@ class _Call:
             for i, dst in enumerate(dests):
                 job = blob[i * per_job : (i + 1) * per_job]
                 grads = np.frombuffer(job, np.float32, count=out_total)
-                carry = np.frombuffer(job, np.float32, count=sz.S * state_n, offset=_eights(out_total * 4))
-                self._deliver(grads, out_off, out_parts, carry.reshape(sz.S, sz.D, sz.N, sz.H), dst)
+                carry = np.frombuffer(job, np.float32, count=carry_n, offset=_eights(out_total * 4))
+                self._deliver(grads, out_off, out_parts, carry.reshape(sz.S, sz.D, sz.N, sz.W), dst)
         finally:
             readback.unmap()
         stats.bytes_read_back += total
@@ -412,10 +446,10 @@ class _Call:
         cfg, sz = self.cfg, self.sz
         x_shape = (sz.L, sz.N, sz.I) if cfg.layout == 0 else (sz.N, sz.L, sz.I)
         shaped = {
-            "x": x_shape, "w": (sz.D, sz.GH, sz.I), "r": (sz.D, sz.GH, sz.H), "b": (sz.D, 2 * sz.GH),
-            "p": (sz.D, 3 * sz.H),
+            "x": x_shape, "w": (sz.D, sz.GH, sz.I), "r": (sz.D, sz.GH, sz.O), "b": (sz.D, 2 * sz.GH),
+            "p": (sz.D, 3 * sz.H), "proj": (sz.D, sz.P, sz.H),
         }
-        region = {"x": "dx", "w": "dw", "r": "dr", "b": "db", "p": "dp"}
+        region = {"x": "dx", "w": "dw", "r": "dr", "b": "db", "p": "dp", "proj": "dproj"}
         cell = spec(cfg.cell)
         with np.errstate(over="ignore"):  # float32 -> float16 beyond 65504 is ±inf, as XLA's cast
             for field, shape in shaped.items():
@@ -427,8 +461,28 @@ class _Call:
                     continue
                 count = math.prod(shape)
                 np.copyto(dst[field], grads[off[name] : off[name] + count].reshape(shape), casting="unsafe")
-            for k, o in enumerate(cell.state_operands):
-                np.copyto(dst[o.field], _states(cfg, carry[k]), casting="unsafe")
+            for k, o in enumerate(cell.state_operands):  # each state's own features of the padded rows
+                width = cell.state_size(o.field, sz.H, sz.O)
+                np.copyto(dst[o.field], _states(cfg, carry[k][..., :width]), casting="unsafe")
+
+
+def _proj_aux(sz: Sizes) -> list[int]:
+    """The projected LSTM's regions after ext | hb in aux: ghs [D, L, N, P] (dY_t + dh) and m
+    [D, L, N, H] (o ⊙ h(c)); none without a projection."""
+    return [sz.D * sz.M * sz.P, sz.D * sz.M * sz.H] if sz.P else []
+
+
+def _proj_offsets(aux_offsets: list[int]) -> dict[str, int]:
+    """The element offsets of ghs and m in aux (``_proj_aux``), by name; none without them."""
+    return dict(zip(("ghs", "m"), aux_offsets[2:], strict=True)) if len(aux_offsets) > 2 else {}
+
+
+def _proj_gemm(sz: Sizes, base: dict[str, int], off: dict[str, int]) -> _Gemm:
+    """d proj [D, P, H] = Σ_m ghs[d, m]ᵀ·m[d, m] over every step and row (both in aux; zero on
+    padding steps): wgrad.wgsl's wgrad with A = ghs, B = m (BMODE 0)."""
+    fields = {**base, "P": sz.P, "Q": sz.H, "KR": sz.M, "SA": sz.P, "a_off": off["ghs"], "SB": sz.H, "b_off": 0,
+              "off_b": off["m"], "bmode": 0, "out_off": off["dproj"], "outr": sz.P, "row0": 0}
+    return _Gemm("wgrad", "aux", fields, (sz.H, sz.P, sz.D))
 
 
 def _eights(nbytes: int) -> int:
