@@ -480,7 +480,7 @@ def _max_rows(geo: Geometry, limits: dict[str, int], variant: str, bpw: int) -> 
     for name, per_row in geo.row_bytes().items():
         room = cap - fixed.get(name, 0)
         if per_row > room:
-            beside = f" (beside {fixed[name]} bytes of weights)" if name in fixed else ""
+            beside = f" (plus {fixed[name]} bytes per call)" if name in fixed else ""
             raise ValueError(
                 f"jaxgru wgsl: one batch row of the {name} buffer needs {per_row} bytes{beside}, more than "
                 f"the device limit {limit_name}={limit}; shorten the sequence or use backend='xla'."
