@@ -5,6 +5,7 @@ across the feature matrix, against numerical gradients (``check_grads``), the co
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import chex
@@ -287,3 +288,28 @@ def test_a_row_beyond_the_limits_still_raises():
     with runtime.limit_override(max_storage_buffer_binding_size=limit + 4):  # one row fits: chunks of one
         got = backward.backward(cfg, [*ops, np.asarray(y), np.asarray(res), *cts])
     _close(got, reference.backward(cfg, ops, y, res, cts), **F32)
+
+
+def test_grid_limits_chunk_the_batch():
+    # max-compute-workgroups-per-dimension = 2: dx's GEMM tiles L·n rows by 64 along y, so a
+    # chunk holds floor(2·64 / 40) = 3 rows of L = 40 steps (the steps' grids would hold 42)
+    case = random_case(np.random.default_rng(seed_of("grid-chunks")), "gru", L=40, N=7, I=2, H=3, scale=0.4,
+                       h0=True, lens=[40, 0, 17, 3, 40, 1, 25], linear_before_reset=1)
+    want = _grads(case, 0, "xla")
+    counters.reset_counters()
+    jax.block_until_ready(_grads(case, 0, "wgsl"))
+    one = counters.counters()["backward"]
+    cfg = make_config("gru", "t", linear_before_reset=1, ragged=True)
+    geo = backward.geometry(cfg, backward.sizes(cfg, case.x, case.r), 4)
+    with runtime.limit_override(max_compute_workgroups_per_dimension=2):
+        assert plan.batch_chunks(geo, runtime.runtime().plan_limits()) == ((0, 3), (3, 6), (6, 7))
+        counters.reset_counters()
+        got = jax.block_until_ready(_grads(case, 0, "wgsl"))
+        c = counters.counters()["backward"]
+    assert c["submits"] == 1 and c["dispatches"] == 3 * one["dispatches"]
+    _close(got, want, **F32)
+    limits = {**runtime.runtime().plan_limits(), "max-compute-workgroups-per-dimension": 1}
+    long = dataclasses.replace(geo, L=65)  # 65 rows of dx need 2 tiles along y
+    with pytest.raises(ValueError, match="one batch row needs more workgroups than max-compute-workgroups-per-"
+                                         "dimension=1 allows"):
+        plan.batch_chunks(long, limits)
