@@ -5,6 +5,7 @@ across the feature matrix, against numerical gradients (``check_grads``), the co
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import chex
@@ -21,7 +22,7 @@ from jaxgru._src import reference
 from jaxgru._src.activations import NAMES, lookup
 from jaxgru._src.cells import spec
 from jaxgru._src.options import make_config
-from jaxgru._src.webgpu import backward, counters
+from jaxgru._src.webgpu import backward, counters, plan, runtime
 
 pytestmark = pytest.mark.wgsl
 F32 = dict(atol=1e-5, rtol=1e-4)
@@ -312,4 +313,136 @@ def test_projected_empty_shapes_match_the_reference(L, N):
     cts = [f(L, D, N, P), f(D, N, P), f(D, N, H)]
     want = reference.backward(cfg, ops, y, res, cts)
     got = backward.backward(cfg, [*ops, np.asarray(y), np.asarray(res), *cts])
+    _close(got, want, **F32)
+# ---- batch chunks: a call beyond the device limits runs in chunks, weight gradients summed ----
+CHUNKED = [  # cell, flags, layout, dtype (every case bidirectional, ragged with a 0, initial states)
+    ("gru", {"linear_before_reset": 0}, 0, None),
+    ("gru", {"linear_before_reset": 1}, 1, None),
+    ("lstm", {"peep": True}, 0, None),
+    ("lstm", {"peep": True}, 1, jnp.float16),
+]
+
+
+def _chunk_case(cell, flags, L=4, N=5):
+    return random_case(np.random.default_rng(seed_of(f"chunks-{cell}-{flags}")), cell, L=L, N=N, I=3, H=3,
+                       scale=0.4, h0=True, c0=cell == "lstm", lens=[4, 0, 2, 1, 3][:N], direction="bidirectional",
+                       **flags)
+
+
+def _case_config(case, layout):
+    flags = {"linear_before_reset": case.attrs["linear_before_reset"]} if case.cell == "gru" else {}
+    return make_config(case.cell, "t", direction="bidirectional", layout=layout, ragged=True,
+                       peepholes=case.p is not None, **flags)
+
+
+def _binding_limit(cfg, x, r, rows, itemsize=4):
+    """The backward's geometry, and the max-storage-buffer-binding-size at which its chunks hold
+    at most ``rows`` batch rows: the largest of its buffers (fixed part + ``rows`` rows) just fits."""
+    geo = backward.geometry(cfg, backward.sizes(cfg, np.asarray(x), np.asarray(r)), itemsize)
+    fixed = geo.fixed_bytes()
+    return geo, 4 + max(fixed.get(k, 0) + rows * b for k, b in geo.row_bytes().items())
+
+
+@pytest.mark.parametrize(("cell", "flags", "layout", "dtype"), CHUNKED,
+                         ids=[f"{c}-{f}-l{lay}-{'f16' if dt else 'f32'}" for c, f, lay, dt in CHUNKED])
+def test_batch_chunks_match_xla_in_one_submit(cell, flags, layout, dtype):
+    case = _chunk_case(cell, flags)
+    want = _grads(case, layout, "xla", dtype)
+    counters.reset_counters()
+    whole = jax.block_until_ready(_grads(case, layout, "wgsl", dtype))  # counted before the reset below
+    one = counters.counters()["backward"]
+    x = case.x if layout == 0 else np.swapaxes(case.x, 0, 1)
+    itemsize = 2 if dtype is not None and runtime.runtime().has_f16 else 4
+    geo, limit = _binding_limit(_case_config(case, layout), x, case.r, rows=3, itemsize=itemsize)
+    with runtime.limit_override(max_storage_buffer_binding_size=limit):
+        assert plan.batch_chunks(geo, runtime.runtime().plan_limits()) == ((0, 3), (3, 5))  # uneven
+        counters.reset_counters()
+        got = jax.block_until_ready(_grads(case, layout, "wgsl", dtype))
+        c = counters.counters()["backward"]
+    # the same work in two jobs (every step's phases and the GEMMs twice), one submit, one pass
+    assert (c["calls"], c["submits"], c["passes"]) == (1, 1, 1)
+    assert one["dispatches"] and c["dispatches"] == 2 * one["dispatches"]
+    tol = F32 if dtype is None else dict(atol=4e-3, rtol=4e-3)
+    _close(got, want, **tol)
+    _close(whole, want, **tol)
+
+
+def test_ensemble_members_in_chunks():
+    # each member's weight gradients are summed over its own chunks only
+    loss, params, x = _problem("lstm")  # N = 3, lengths 5, 0, 2
+    ens = jax.tree.map(lambda a: jnp.stack([a, -0.5 * a]), params)
+    grads = lambda be: jax.jit(jax.vmap(jax.grad(lambda p, x: loss(p, x, be)), in_axes=(0, None)))(ens, x)
+    want = grads("xla")
+    counters.reset_counters()
+    jax.block_until_ready(grads("wgsl"))
+    one = counters.counters()["backward"]
+    cfg = make_config("lstm", "t", direction="bidirectional", ragged=True)
+    _, limit = _binding_limit(cfg, x, params.r, rows=2)  # chunks of 2 and 1 rows
+    with runtime.limit_override(max_storage_buffer_binding_size=limit):
+        counters.reset_counters()
+        got = jax.block_until_ready(grads("wgsl"))
+        c = counters.counters()["backward"]
+    assert c["submits"] == 1 and c["dispatches"] == 2 * one["dispatches"]  # 2 members x 2 chunks
+    _close(got, want, **F32)
+
+
+def test_a_row_beyond_the_limits_still_raises():
+    case = _chunk_case("lstm", {"peep": True}, L=12, N=2)  # a row of residuals outweighs the weights
+    cfg = _case_config(case, 0)
+    geo, _ = _binding_limit(cfg, case.x, case.r, rows=1)
+    ops = [case.x, case.w, case.r, case.b, case.p, case.h0, case.c0, case.lens]
+    y, *_, res = reference.forward(cfg, *ops, residuals=True)
+    cts = [np.ones_like(y), np.ones_like(case.h0), np.ones_like(case.c0)]
+    per_row = (2 * 12 * 5 * 3 + 2 * 2 * 3) * 4  # res [D, L, K·H] + h0, c0 [S, D, H] of one row, f32
+    fixed = 2 * 3 * 3 * 4 + 3 * 16  # P [D, 3H], and 16 bytes to align each of its 3 regions
+    assert (geo.row_bytes()["residuals"], geo.fixed_bytes()["residuals"]) == (per_row, fixed)
+    limit = fixed + per_row  # 4 bytes short of one row (byte sizes round up to words)
+    with runtime.limit_override(max_storage_buffer_binding_size=limit), pytest.raises(
+        ValueError, match=rf"one batch row of the residuals buffer needs {per_row} bytes \(plus {fixed} bytes per "
+        rf"call\), more than the device limit max-storage-buffer-binding-size={limit}"):
+        backward.backward(cfg, [*ops, np.asarray(y), np.asarray(res), *cts])
+    with runtime.limit_override(max_storage_buffer_binding_size=limit + 4):  # one row fits: chunks of one
+        got = backward.backward(cfg, [*ops, np.asarray(y), np.asarray(res), *cts])
+    _close(got, reference.backward(cfg, ops, y, res, cts), **F32)
+
+
+def test_grid_limits_chunk_the_batch():
+    # max-compute-workgroups-per-dimension = 2: dx's GEMM tiles L·n rows by 64 along y, so a
+    # chunk holds floor(2·64 / 40) = 3 rows of L = 40 steps (the steps' grids would hold 42)
+    case = random_case(np.random.default_rng(seed_of("grid-chunks")), "gru", L=40, N=7, I=2, H=3, scale=0.4,
+                       h0=True, lens=[40, 0, 17, 3, 40, 1, 25], linear_before_reset=1)
+    want = _grads(case, 0, "xla")
+    counters.reset_counters()
+    jax.block_until_ready(_grads(case, 0, "wgsl"))
+    one = counters.counters()["backward"]
+    cfg = make_config("gru", "t", linear_before_reset=1, ragged=True)
+    geo = backward.geometry(cfg, backward.sizes(cfg, case.x, case.r), 4)
+    with runtime.limit_override(max_compute_workgroups_per_dimension=2):
+        assert plan.batch_chunks(geo, runtime.runtime().plan_limits()) == ((0, 3), (3, 6), (6, 7))
+        counters.reset_counters()
+        got = jax.block_until_ready(_grads(case, 0, "wgsl"))
+        c = counters.counters()["backward"]
+    assert c["submits"] == 1 and c["dispatches"] == 3 * one["dispatches"]
+    _close(got, want, **F32)
+    limits = {**runtime.runtime().plan_limits(), "max-compute-workgroups-per-dimension": 1}
+    long = dataclasses.replace(geo, L=65)  # 65 rows of dx need 2 tiles along y
+    with pytest.raises(ValueError, match="one batch row needs more workgroups than max-compute-workgroups-per-"
+                                         "dimension=1 allows"):
+        plan.batch_chunks(long, limits)
+
+
+@pytest.mark.parametrize("P", [2, 7], ids=["p-narrow", "p-wide"])  # P < H and P > H (rows of max(H, P))
+def test_projected_batch_chunks_match_xla(P):
+    loss, params, x, st = _proj_problem(f"proj-chunks-{P}", direction="bidirectional", H=3, P=P, peepholes=True,
+                                        lens=[5, 2, 0, 4])
+    want = _proj_grads(loss, params, x, st, "xla")
+    cfg = make_config("lstm", "t", direction="bidirectional", ragged=True, peepholes=True, proj=True)
+    geo, limit = _binding_limit(cfg, x, params.r, rows=3)
+    with runtime.limit_override(max_storage_buffer_binding_size=limit):
+        assert plan.batch_chunks(geo, runtime.runtime().plan_limits()) == ((0, 2), (2, 4))  # balanced
+        counters.reset_counters()
+        got = _proj_grads(loss, params, x, st, "wgsl")
+        c = counters.counters()["backward"]
+    # two jobs: 2 kernels per step each, their GEMMs (dW, dR, 2 db, dx, dproj, dP) each; one submit
+    assert (c["calls"], c["submits"]) == (1, 1) and c["dispatches"] == 2 * (2 * 5 + 7)
     _close(got, want, **F32)

@@ -10,7 +10,7 @@
 //     A(d, p, k) = a[(d·M + k)·SA + a_off + p]                (dg or ext, processing order)
 //     B(d, k, q) = BMODE 0: b[off_b + (d·M + k)·SB + b_off + q]   (hb: h_prev or r⊙h_prev)
 //                  BMODE 1: x of step t, row n at time tt = time_of(d, t, len[n])
-//     out[out_off + (d·OUTR + row0 + p)·Q + q]
+//     out[out_off + (d·OUTR + row0 + p)·Q + q]   (dims.accum = 1: += onto the earlier batch chunks')
 //     dW = dgᵀ·x, dR = dgᵀ·h_prev (ext for GRU lbr=1; r⊙h_prev for GRU lbr=0's h-block).
 //   colsum (barrier-free, one invocation per column): out[out_off + z·OUTR + row0 + p] =
 //     Σ_k A(z, p, k): db = Σ dg (and Σ ext for GRU lbr=1), dP = Σ ext.
@@ -61,7 +61,7 @@ struct GDims {
   row0: u32,
   off_w: u32,
   Z: u32,       // colsum: slices (directions)
-  _p1: u32,
+  accum: u32,   // wgrad, colsum: 1 adds into out (a later batch chunk of the call), 0 stores
   _p2: u32,
 }
 
@@ -110,6 +110,16 @@ fn dx_a(p: u32, k: u32) -> f32 {
 
 fn dx_b(k: u32, q: u32) -> f32 {
   return f32(sx[dims.off_w + k * dims.I + q]);
+}
+
+// A weight gradient's element: the first batch chunk of a call stores it, the later ones add
+// their sums over their rows (dispatches of one pass see the previous ones' writes).
+fn store(o: u32, v: f32) {
+  if dims.accum != 0u {
+    out[o] += v;
+  } else {
+    out[o] = v;
+  }
 }
 
 // One 64x64 output tile; `is_dx` picks the operands (uniform across the dispatch). Invocation
@@ -200,7 +210,7 @@ fn tile(wid: vec3<u32>, lx: u32, ly: u32, is_dx: bool) {
         if is_dx {
           out[dims.out_off + x_index(p / dims.N, p % dims.N, q)] = acc[i][j];
         } else {
-          out[dims.out_off + (z * dims.outr + dims.row0 + p) * dims.Q + q] = acc[i][j];
+          store(dims.out_off + (z * dims.outr + dims.row0 + p) * dims.Q + q, acc[i][j]);
         }
       }
     }
@@ -235,5 +245,5 @@ fn colsum(
   for (var k = 0u; k < dims.KR; k++) {
     acc += wgrad_a(z, p, k);
   }
-  out[dims.out_off + z * dims.outr + dims.row0 + p] = acc;
+  store(dims.out_off + z * dims.outr + dims.row0 + p, acc);
 }

@@ -5,10 +5,14 @@ The contract of ``reference.backward``: from the forward's operands, its ``y`` a
 recomputed) and the cotangents of (Y, Y_h[, Y_c]), the cotangents of every floating operand.
 
 One call = one command buffer with one compute pass, one ``queue.submit`` and one mapped
-read-back. Inside the pass, per ensemble member: the reverse-time loop (per step, processing
-order L-1 .. 0: ``<cell>_bwd_gates``, ``gru_bwd_reset`` for GRU lbr=0, ``<cell>_bwd_hidden``;
-wgsl/<cell>_backward.wgsl), then the tiled GEMMs of wgsl/wgrad.wgsl: dW, dR, db (and dP), and
-the cotangent of x. Everything is computed in float32 and cast into the operands' dtypes.
+read-back. Inside the pass, per job (ensemble member x batch chunk, the chunks of
+``plan.batch_chunks`` over this module's :class:`Geometry`, as the forward's): the reverse-time
+loop (per step, processing order L-1 .. 0: ``<cell>_bwd_gates``, ``gru_bwd_reset`` for GRU
+lbr=0, ``<cell>_bwd_hidden``; wgsl/<cell>_backward.wgsl), then the tiled GEMMs of
+wgsl/wgrad.wgsl: dW, dR, db (and dP), and the cotangent of x. A member's weight gradients are
+sums over its batch rows: one buffer per member, which its first chunk's GEMMs write and the
+later chunks' add into (``GDims.accum``); dx and the initial states' cotangents are per chunk.
+Everything is computed in float32 and cast into the operands' dtypes.
 
 A projected LSTM (``cfg.proj``) runs the same two kernels per step (``PROJ``: h, Y and dh have
 P features; the gates kernel also saves dY_t + dh and m = o ⊙ h(c) per step) and one more GEMM,
@@ -22,12 +26,13 @@ import dataclasses
 import math
 import time
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 import wgpu
 
 from jaxgru._src import shapes
-from jaxgru._src.cells import spec
+from jaxgru._src.cells import batch_axis, spec
 from jaxgru._src.options import RNNConfig
 from jaxgru._src.webgpu import host, kernels, plan, runtime
 from jaxgru._src.webgpu.counters import CallStats
@@ -37,7 +42,6 @@ _BU = wgpu.BufferUsage
 _INPUT = _BU.STORAGE | _BU.COPY_DST
 _WORK = _BU.STORAGE | _BU.COPY_SRC | _BU.COPY_DST
 _UNIFORM = _BU.UNIFORM | _BU.COPY_DST
-_READBACK = _BU.MAP_READ | _BU.COPY_DST
 STEP_WORKGROUP = 64  # invocations per workgroup of the reverse-time kernels
 TILE = 64  # output tile side of wgrad.wgsl's GEMMs (its `const TP`)
 COLSUM_WORKGROUP = 64  # invocations per workgroup of wgrad.wgsl's colsum
@@ -47,6 +51,8 @@ COLSUM_WORKGROUP = 64  # invocations per workgroup of wgrad.wgsl's colsum
 # tests force either.
 GEMM_TILED: bool | None = None
 _ALIGN_ELEMENTS = 4  # region offsets inside a buffer: whole 16-byte blocks
+_GDIMS = ("P", "Q", "KR", "N", "L", "I", "GH", "SA", "a_off", "SB", "b_off", "off_b", "bmode", "out_off", "outr",
+          "row0", "off_w", "Z", "accum")  # wgrad.wgsl's GDims, in order
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +102,71 @@ def sizes(cfg: RNNConfig, x: np.ndarray, r: np.ndarray) -> Sizes:
                  proj)
 
 
+@dataclasses.dataclass(frozen=True)
+class Geometry(plan.Geometry):
+    """A backward call's device buffers and grids, for ``plan.batch_chunks`` (the forward's
+    sizes with the buffers of :meth:`_Call._job`; ``K``: the residual blocks uploaded).
+
+    Attributes:
+      E, B: blocks of H per step in ext and hb (:class:`Sizes`).
+      peepholes: an LSTM's P (and its gradient) is on the device.
+    """
+
+    E: int = 0
+    B: int = 1
+    peepholes: bool = False
+
+    def row_bytes(self) -> dict[str, int]:
+        """Bytes per batch row of each buffer of a chunk (named as in the limit errors)."""
+        L, I, H, D, s, S = self.L, self.I, self.H, self.D, self.itemsize, self.finals  # noqa: E741
+        O, W = self.out, max(self.H, self.P)  # noqa: E741  (h's features; the carry's row width)
+        return {
+            "residuals": (D * L * self.K * H + S * D * W) * 4,  # res | h0, c0 (| P)
+            "y": 2 * L * D * O * s,  # Y | dY (| R | proj)
+            "x": L * I * s,  # x (| W)
+            "lens": 4,
+            "state": (S * W + 2 * H) * D * 4,  # carry | gh | drh
+            "gate cotangent": D * L * self.G * H * 4,
+            # ext | hb (| ghs | m: a projected LSTM's dY_t + dh and o ⊙ h(c))
+            "weight-gradient operand": D * L * (self.E * H + self.B * O + (self.P + H if self.P else 0)) * 4,
+            "dx": L * I * 4,
+        }
+
+    def fixed_bytes(self) -> dict[str, int]:
+        """The weights beside the rows (P, R, W), and room to align each region (16 bytes)."""
+        w = self.weight_bytes()
+        return {"residuals": w["P"] + 3 * 16, "y": w["R"] + w["proj"] + 4 * 16, "x": w["W"] + 2 * 16,
+                "state": 3 * 16, "weight-gradient operand": 4 * 16}
+
+    def weight_bytes(self) -> dict[str, int]:
+        """R, W, P and proj as uploaded, and a member's weight gradients (dW | dR | db | dP | dproj)."""
+        return {"R": self.D * self.G * self.H * self.out * self.itemsize,
+                "proj": self.D * self.P * self.H * self.itemsize,
+                "W": self.D * self.G * self.H * self.I * self.itemsize,
+                "P": self.D * 3 * self.H * 4 if self.peepholes else 0,
+                "weight gradients": _layout(list(_weight_parts(self).values()))[1] * 4}
+
+    def row_grids(self, max_dim: int) -> dict[str, tuple[int, int]]:
+        """The step kernels' 2-D grids (one invocation per unit of a row), and dx's GEMM (its
+        rows L·n in tiles of ``TILE`` along y)."""
+        return {"steps": (self.D * max(self.H, self.P), max_dim * max_dim * STEP_WORKGROUP),
+                "dx": (self.L, max_dim * TILE)}
+
+
+def geometry(cfg: RNNConfig, sz: Sizes, itemsize: int) -> Geometry:
+    """The :class:`Geometry` of a call of :class:`Sizes` ``sz``, ``itemsize`` bytes per stored element."""
+    return Geometry(cfg.cell, cfg.layout, sz.L, sz.N, sz.I, sz.H, sz.D, itemsize, sz.K, P=sz.P, E=sz.E, B=sz.B,
+                    peepholes=cfg.cell == "lstm" and cfg.peepholes)
+
+
+def _weight_parts(geo: Geometry) -> dict[str, int]:
+    """Elements of each region of a member's weight-gradient buffer (dP: 0 without peepholes,
+    dproj: 0 without a projection)."""
+    gh = geo.G * geo.H
+    return {"dw": geo.D * gh * geo.I, "dr": geo.D * gh * geo.out, "db": geo.D * 2 * gh,
+            "dp": geo.D * 3 * geo.H if geo.peepholes else 0, "dproj": geo.D * geo.P * geo.H}
+
+
 def entries(cfg: RNNConfig) -> list[str]:
     """The reverse-time loop's entry points of one step, in order."""
     if cfg.cell == "gru":
@@ -122,7 +193,8 @@ def backward(cfg: RNNConfig, operands, *, ensemble: int = 0, out: Sequence[np.nd
 
     Raises:
       WGPUUnavailableError: no WebGPU adapter.
-      ValueError: a buffer or a grid beyond the device limits.
+      ValueError: a single batch row, the weights or a weight-gradient GEMM's grid beyond the
+        device limits (a larger batch runs in chunks).
     """
     t0 = time.perf_counter()
     cell = spec(cfg.cell)
@@ -178,6 +250,16 @@ class _Member:
     sx: list[np.ndarray]  # storage dtype: x | W
     lens: np.ndarray
     carry: np.ndarray  # float32 [S, D, N, W]: the cotangents of the final states
+
+    def rows(self, layout: int, n0: int, n1: int) -> _Member:
+        """The batch rows [n0, n1) of the per-row parts (views); the weights whole."""
+        rows = slice(n0, n1)
+        y_ax, x_ax = batch_axis("y", layout), batch_axis("x", layout)
+        assert y_ax is not None and x_ax is not None
+        fdata = [a[:, :, rows] for a in self.fdata[:2]] + self.fdata[2:]  # res, h0/c0 | P
+        sdata = [kernels._take(a, y_ax, rows) for a in self.sdata[:2]] + self.sdata[2:]  # y, dY | R
+        return _Member(fdata, sdata, [kernels._take(self.sx[0], x_ax, rows), *self.sx[1:]], self.lens[rows],
+                       self.carry[:, :, rows])
 
 
 def _member(cfg: RNNConfig, operands: list[np.ndarray], sz: Sizes, storage: str) -> _Member:
@@ -236,17 +318,15 @@ class _Call:
         self.align = max(16, rt.limits["min-uniform-buffer-offset-alignment"])
         self.max_dim = rt.limit("max-compute-workgroups-per-dimension")
         self.max_bind = min(rt.limit("max-storage-buffer-binding-size"), rt.limit("max-buffer-size"))
+        self.geo = geometry(cfg, sz, self.itemsize)
+        self.chunks = plan.batch_chunks(self.geo, rt.plan_limits())  # raises where one row does not fit
         self.acquired: list[wgpu.GPUBuffer] = []
 
     # ---- buffers -----------------------------------------------------------------------
     def _buffer(self, nbytes: int, usage: int, what: str = "") -> tuple[wgpu.GPUBuffer, int]:
         size = max(16, -(-nbytes // 4) * 4)
-        if what and size > self.max_bind:
-            raise ValueError(
-                f"{_FNAME}: the {what} buffer needs {size} bytes, more than the device limit "
-                f"max-storage-buffer-binding-size={self.max_bind}; shorten the sequence, use a smaller "
-                f"batch or backend='xla'."
-            )
+        # the chunks are planned so that every bound buffer fits (Geometry.row_bytes)
+        assert not what or size <= self.max_bind, f"the {what} buffer ({size} bytes) exceeds {self.max_bind}"
         buf = self.rt.pool.acquire(size, usage)
         self.acquired.append(buf)
         return buf, size
@@ -289,9 +369,10 @@ class _Call:
         return buf, 16
 
     # ---- the plan of one member ----------------------------------------------------------
-    def _gemms(self, off: dict[str, int]) -> list[_Gemm]:
-        """The weight-gradient and dx dispatches, with their uniform fields (wgrad.wgsl GDims)."""
-        cfg, sz = self.cfg, self.sz
+    def _gemms(self, sz: Sizes, off: dict[str, int]) -> list[_Gemm]:
+        """The weight-gradient and dx dispatches of a chunk of sizes ``sz``, with their uniform
+        fields (wgrad.wgsl GDims; ``accum`` is the job's)."""
+        cfg = self.cfg
         H, GH = sz.H, sz.GH
         lbr = cfg.cell == "gru" and cfg.linear_before_reset
         base = {"N": sz.N, "L": sz.L, "I": sz.I, "GH": GH, "off_b": off["hb"], "off_w": off["w"], "Z": sz.D}
@@ -330,8 +411,7 @@ class _Call:
         if max(grid) > self.max_dim:
             raise ValueError(
                 f"{_FNAME}: a weight-gradient GEMM needs a grid of {grid} workgroups, beyond the device "
-                f"limit max-compute-workgroups-per-dimension={self.max_dim}; use a smaller batch or "
-                f"backend='xla'."
+                f"limit max-compute-workgroups-per-dimension={self.max_dim}; use backend='xla' for this size."
             )
         return grid
 
@@ -356,101 +436,123 @@ class _Call:
         tiled = GEMM_TILED if GEMM_TILED is not None else rt.adapter_info.get("adapter_type") != "CPU"
         gconsts = {"LAYOUT": cfg.layout, "REV0": consts["REV0"], "TILED": int(tiled)}
         sched = self._schedule()
-        # elementwise kernels: one invocation per unit; mat-vec kernels: per 4 rows x 4 units
-        units = sz.D * sz.N * sz.W
-        blocks = sz.D * -(-sz.N // 4) * -(-sz.O // 4)
-        grids = [plan.grid2d(-(-(units if e.endswith("_gates") else blocks) // STEP_WORKGROUP), self.max_dim)
-                 for e in entries(cfg)]
-        state_n = sz.D * sz.N * sz.H
-        carry_n = sz.S * sz.D * sz.N * sz.W
-        st_offsets, st_total = _layout([carry_n, state_n, state_n])
-        aux_offsets, aux_total = _layout([sz.D * sz.M * sz.E * sz.H, sz.D * sz.M * sz.B * sz.O, *_proj_aux(sz)])
-        out_parts = {"dx": sz.M * sz.I, "dw": sz.D * sz.GH * sz.I, "dr": sz.D * sz.GH * sz.O, "db": sz.D * 2 * sz.GH,
-                     "dp": sz.D * 3 * sz.H if cfg.cell == "lstm" and cfg.peepholes else 0,
-                     "dproj": sz.D * sz.P * sz.H}
-        out_offsets, out_total = _layout(list(out_parts.values()))
-        out_off = dict(zip(out_parts, out_offsets, strict=True))
-        jobs = []
-        for m in members:
-            fdata, foff = self._regions(m.fdata, 4, _INPUT, "residuals")
-            sdata, soff = self._regions(m.sdata, self.itemsize, _INPUT, "y")
-            sx, xoff = self._regions(m.sx, self.itemsize, _INPUT, "x")
-            lens = self._buffer(m.lens.nbytes, _INPUT)
-            self._write(lens[0], 0, m.lens)
-            st = self._buffer(st_total * 4, _WORK, "state")
-            self._write(st[0], 0, m.carry)
-            dg = self._buffer(sz.D * sz.M * sz.GH * 4, _WORK, "gate cotangent")
-            aux = self._buffer(aux_total * 4, _WORK, "weight-gradient operand")
-            out = self._buffer(out_total * 4, _WORK, "gradient")
-            dims = self._uniform([sz.L, sz.N, sz.D, sz.E, sz.B, foff[1], foff[2] if len(foff) > 2 else 0,
-                                  soff[1], soff[2], st_offsets[1], st_offsets[2], aux_offsets[1],
-                                  soff[3] if cfg.proj else 0, *(aux_offsets[2:] if cfg.proj else (0, 0))])
-            step_group = rt.bind_group("backward", {0: fdata, 1: sdata, 2: lens, 3: st, 4: dg, 5: aux, 6: dims,
-                                                    7: sched})
-            gemms = []
-            for g in self._gemms({**out_off, "hb": aux_offsets[1], "w": xoff[1], **_proj_offsets(aux_offsets)}):
-                order = ("P", "Q", "KR", "N", "L", "I", "GH", "SA", "a_off", "SB", "b_off", "off_b", "bmode",
-                         "out_off", "outr", "row0", "off_w", "Z")
-                group = rt.bind_group("wgrad", {0: dg if g.a == "dg" else aux, 1: aux, 2: sx, 3: lens, 4: out,
-                                                5: self._uniform([g.fields[k] for k in order])})
-                gemms.append((rt.pipeline("wgrad", g.entry, self.storage, gconsts), group, self._grid(g)))
-            jobs.append((step_group, gemms, out, st))
+        w_parts = _weight_parts(self.geo)
+        w_offsets, w_total = _layout(list(w_parts.values()))
+        w_off = dict(zip(w_parts, w_offsets, strict=True))
+        jobs: list[_Job] = []
+        sources: list[tuple[wgpu.GPUBuffer, int]] = []
+        sinks: list[kernels.Sink] = []
+        for m, dst in zip(members, dests, strict=True):
+            wout = self._buffer(w_total * 4, _WORK, "weight gradients")  # summed over the member's chunks
+            sources.append((wout[0], w_total * 4))
+            sinks.append(partial(self._deliver, w_off, w_parts, dst))
+            for c, (n0, n1) in enumerate(self.chunks):
+                whole = len(self.chunks) == 1
+                job = self._job(dataclasses.replace(sz, N=n1 - n0), m if whole else m.rows(cfg.layout, n0, n1),
+                                wout, w_off, sched, gconsts, accum=c > 0)
+                jobs.append(job)
+                sources += job.outputs
+                sinks += self._chunk_sinks(dst, n0, n1)
         t1 = time.perf_counter()
         encoder = rt.device.create_command_encoder()
         cp = encoder.begin_compute_pass()
         for k in range(sz.L):  # processing steps L-1 .. 0 (the schedule's order)
-            for pipe, grid in zip(step_pipes, grids, strict=True):
+            for p, pipe in enumerate(step_pipes):
                 cp.set_pipeline(pipe)
-                for step_group, _, _, _ in jobs:
-                    cp.set_bind_group(0, step_group, [k * self.align])
-                    cp.dispatch_workgroups(*grid)
-        for _, gemms, _, _ in jobs:
-            for pipe, group, grid in gemms:
+                for job in jobs:
+                    cp.set_bind_group(0, job.steps, [k * self.align])
+                    cp.dispatch_workgroups(*job.grids[p])
+        for job in jobs:  # a member's chunks in order: the first stores its weight gradients, the rest add
+            for pipe, group, grid in job.gemms:
                 cp.set_pipeline(pipe)
                 cp.set_bind_group(0, group)
                 cp.dispatch_workgroups(*grid)
         cp.end()
-        stats.dispatches += len(jobs) * (sz.L * len(step_pipes)) + sum(len(j[1]) for j in jobs)
+        stats.dispatches += len(jobs) * (sz.L * len(step_pipes)) + sum(len(j.gemms) for j in jobs)
         stats.passes += 1
-        carry_bytes = carry_n * 4
-        per_job = _eights(out_total * 4) + _eights(carry_bytes)
-        readback, _ = self._buffer(per_job * len(jobs), _READBACK)
-        for i, (_, _, out, st) in enumerate(jobs):
-            encoder.copy_buffer_to_buffer(out[0], 0, readback, i * per_job, out_total * 4)
-            encoder.copy_buffer_to_buffer(st[0], 0, readback, i * per_job + _eights(out_total * 4), carry_bytes)
+        readbacks = kernels.copy_out(encoder, sources, rt.limit("max-buffer-size"),
+                                     lambda nbytes, usage: self._buffer(nbytes, usage)[0])
         t2 = time.perf_counter()
         rt.queue.submit([encoder.finish()])
         stats.submits += 1
-        total = per_job * len(jobs)
-        readback.map_sync(wgpu.MapMode.READ, 0, total)
-        t3 = time.perf_counter()
-        try:
-            blob = np.asarray(readback.read_mapped(0, total, copy=False), dtype=np.uint8)
-            for i, dst in enumerate(dests):
-                job = blob[i * per_job : (i + 1) * per_job]
-                grads = np.frombuffer(job, np.float32, count=out_total)
-                carry = np.frombuffer(job, np.float32, count=carry_n, offset=_eights(out_total * 4))
-                self._deliver(grads, out_off, out_parts, carry.reshape(sz.S, sz.D, sz.N, sz.W), dst)
-        finally:
-            readback.unmap()
-        stats.bytes_read_back += total
+        t3 = kernels.read_back(readbacks, sinks, stats)
         t4 = time.perf_counter()
         stats.host_upload_s += t1 - t0
         stats.host_record_s += t2 - t1
         stats.host_wait_s += t3 - t2
         stats.host_readback_s += t4 - t3
 
-    def _deliver(self, grads: np.ndarray, off: dict[str, int], parts: dict[str, int], carry: np.ndarray,
-                 dst: dict[str, np.ndarray]) -> None:
-        """Copy each gradient from the mapped bytes into its destination, once (cast included)."""
-        cfg, sz = self.cfg, self.sz
+    def _job(self, sz: Sizes, m: _Member, wout: tuple[wgpu.GPUBuffer, int], w_off: dict[str, int], sched,
+             gconsts: dict[str, float], accum: bool) -> _Job:
+        """Upload one chunk (sizes ``sz``, rows ``m``), allocate its buffers, build its bind groups.
+
+        Its GEMMs write (``accum`` False: the member's first chunk) or add into ``wout``.
+        """
+        rt, cfg = self.rt, self.cfg
+        fdata, foff = self._regions(m.fdata, 4, _INPUT, "residuals")
+        sdata, soff = self._regions(m.sdata, self.itemsize, _INPUT, "y")
+        sx, xoff = self._regions(m.sx, self.itemsize, _INPUT, "x")
+        lens = self._buffer(m.lens.nbytes, _INPUT, "lens")
+        self._write(lens[0], 0, m.lens)
+        state_n = sz.D * sz.N * sz.H
+        carry_n = sz.S * sz.D * sz.N * sz.W
+        st_offsets, st_total = _layout([carry_n, state_n, state_n])
+        aux_offsets, aux_total = _layout([sz.D * sz.M * sz.E * sz.H, sz.D * sz.M * sz.B * sz.O, *_proj_aux(sz)])
+        st = self._buffer(st_total * 4, _WORK, "state")
+        self._write(st[0], 0, m.carry)
+        dg = self._buffer(sz.D * sz.M * sz.GH * 4, _WORK, "gate cotangent")
+        aux = self._buffer(aux_total * 4, _WORK, "weight-gradient operand")
+        dx = self._buffer(sz.M * sz.I * 4, _WORK, "dx")
+        dims = self._uniform([sz.L, sz.N, sz.D, sz.E, sz.B, foff[1], foff[2] if len(foff) > 2 else 0,
+                              soff[1], soff[2], st_offsets[1], st_offsets[2], aux_offsets[1],
+                              soff[3] if cfg.proj else 0, *(aux_offsets[2:] if cfg.proj else (0, 0))])
+        steps = rt.bind_group("backward", {0: fdata, 1: sdata, 2: lens, 3: st, 4: dg, 5: aux, 6: dims, 7: sched})
+        # elementwise kernels: one invocation per unit; mat-vec kernels: per 4 rows x 4 units
+        units = sz.D * sz.N * sz.W
+        blocks = sz.D * -(-sz.N // 4) * -(-sz.O // 4)
+        grids = [plan.grid2d(-(-(units if e.endswith("_gates") else blocks) // STEP_WORKGROUP), self.max_dim)
+                 for e in entries(cfg)]
+        gemms = []
+        for g in self._gemms(sz, {**w_off, "dx": 0, "hb": aux_offsets[1], "w": xoff[1], **_proj_offsets(aux_offsets)}):
+            fields = {**g.fields, "accum": int(accum and g.entry != "dx")}
+            group = rt.bind_group("wgrad", {0: dg if g.a == "dg" else aux, 1: aux, 2: sx, 3: lens,
+                                            4: dx if g.entry == "dx" else wout,
+                                            5: self._uniform([fields[k] for k in _GDIMS])})
+            gemms.append((rt.pipeline("wgrad", g.entry, self.storage, gconsts), group, self._grid(g)))
+        outputs = [(st[0], carry_n * 4)]  # the initial states' cotangents: the carry at the end
+        if sz.I:
+            outputs.insert(0, (dx[0], sz.M * sz.I * 4))
+        return _Job(steps, grids, gemms, outputs)
+
+    def _chunk_sinks(self, dst: dict[str, np.ndarray], n0: int, n1: int) -> list[kernels.Sink]:
+        """Sinks of a chunk's outputs (:meth:`_job`): dx (where I > 0), then the carry."""
+        cfg, sz = self.cfg, dataclasses.replace(self.sz, N=n1 - n0)
+        rows = slice(n0, n1)
+        x_ax, s_ax = batch_axis("x", cfg.layout), batch_axis("state", cfg.layout)
+        assert x_ax is not None and s_ax is not None
         x_shape = (sz.L, sz.N, sz.I) if cfg.layout == 0 else (sz.N, sz.L, sz.I)
-        shaped = {
-            "x": x_shape, "w": (sz.D, sz.GH, sz.I), "r": (sz.D, sz.GH, sz.O), "b": (sz.D, 2 * sz.GH),
-            "p": (sz.D, 3 * sz.H), "proj": (sz.D, sz.P, sz.H),
-        }
-        region = {"x": "dx", "w": "dw", "r": "dr", "b": "db", "p": "dp", "proj": "dproj"}
+        f32 = np.dtype(np.float32)
         cell = spec(cfg.cell)
+        states = [kernels._take(dst[o.field], s_ax, rows) for o in cell.state_operands]
+
+        def carry(raw: np.ndarray) -> None:
+            values = np.frombuffer(raw, np.float32, count=sz.S * sz.D * sz.N * sz.W).reshape(sz.S, sz.D, sz.N, sz.W)
+            with np.errstate(over="ignore"):  # float32 -> float16 beyond 65504 is ±inf, as XLA's cast
+                for k, (o, view) in enumerate(zip(cell.state_operands, states, strict=True)):
+                    width = cell.state_size(o.field, sz.H, sz.O)  # each state's own features of the padded rows
+                    np.copyto(view, _states(cfg, values[k][..., :width]), casting="unsafe")
+
+        out: list[kernels.Sink] = [partial(kernels._put, kernels._take(dst["x"], x_ax, rows), f32, x_shape)]
+        return ([] if not sz.I else out) + [carry]
+
+    def _deliver(self, off: dict[str, int], parts: dict[str, int], dst: dict[str, np.ndarray], raw: np.ndarray
+                 ) -> None:
+        """Copy each weight gradient from the mapped bytes into its destination, once (cast included)."""
+        sz = self.sz
+        grads = np.frombuffer(raw, np.float32)
+        shaped = {"w": (sz.D, sz.GH, sz.I), "r": (sz.D, sz.GH, sz.O), "b": (sz.D, 2 * sz.GH), "p": (sz.D, 3 * sz.H),
+                  "proj": (sz.D, sz.P, sz.H)}
+        region = {"w": "dw", "r": "dr", "b": "db", "p": "dp", "proj": "dproj"}
         with np.errstate(over="ignore"):  # float32 -> float16 beyond 65504 is ±inf, as XLA's cast
             for field, shape in shaped.items():
                 if field not in dst:
@@ -461,9 +563,6 @@ class _Call:
                     continue
                 count = math.prod(shape)
                 np.copyto(dst[field], grads[off[name] : off[name] + count].reshape(shape), casting="unsafe")
-            for k, o in enumerate(cell.state_operands):  # each state's own features of the padded rows
-                width = cell.state_size(o.field, sz.H, sz.O)
-                np.copyto(dst[o.field], _states(cfg, carry[k][..., :width]), casting="unsafe")
 
 
 def _proj_aux(sz: Sizes) -> list[int]:
@@ -485,6 +584,11 @@ def _proj_gemm(sz: Sizes, base: dict[str, int], off: dict[str, int]) -> _Gemm:
     return _Gemm("wgrad", "aux", fields, (sz.H, sz.P, sz.D))
 
 
-def _eights(nbytes: int) -> int:
-    """``nbytes`` rounded up to 8 (map offsets must be multiples of 8)."""
-    return -(-nbytes // 8) * 8
+@dataclasses.dataclass
+class _Job:
+    """One member's batch chunk: its step bind group and grids, its GEMMs, its outputs to read back."""
+
+    steps: wgpu.GPUBindGroup
+    grids: list[tuple[int, int]]  # per entry point of a step
+    gemms: list[tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple[int, int, int]]]
+    outputs: list[tuple[wgpu.GPUBuffer, int]]  # dx (where I > 0), the carry

@@ -404,50 +404,12 @@ class _Call:
 
     def _copy_out(self, encoder, sources: list[tuple[wgpu.GPUBuffer, int]]
                   ) -> list[tuple[wgpu.GPUBuffer, list[int]]]:
-        """Copy every output into as few read-back buffers as the max buffer size allows.
-
-        Returns:
-          Per read-back buffer: the buffer and the byte sizes of the outputs it holds, in order
-          (each at an 8-aligned offset).
-        """
-        cap = self.rt.limit("max-buffer-size")
-        groups: list[list[tuple[wgpu.GPUBuffer, int]]] = [[]]
-        for src in sources:
-            if groups[-1] and sum(_eights(n) for _, n in groups[-1]) + _eights(src[1]) > cap:
-                groups.append([])
-            groups[-1].append(src)
-        readbacks = []
-        for group in groups:
-            dst = self._buffer(sum(_eights(n) for _, n in group), _READBACK)
-            offset = 0
-            for buf, size in group:
-                encoder.copy_buffer_to_buffer(buf, 0, dst, offset, size)
-                offset += _eights(size)
-            readbacks.append((dst, [size for _, size in group]))
-        return readbacks
+        """:func:`copy_out` into this call's pooled buffers."""
+        return copy_out(encoder, sources, self.rt.limit("max-buffer-size"), self._buffer)
 
     def _read(self, readbacks: list[tuple[wgpu.GPUBuffer, list[int]]], sinks: list[Sink]) -> float:
-        """Map each read-back buffer once and hand each output's bytes to its sink while mapped.
-
-        Returns:
-          The time (``perf_counter``) when the first buffer was mapped: the end of the wait.
-        """
-        it = iter(sinks)
-        mapped_at = None
-        for buf, sizes in readbacks:
-            total = sum(_eights(n) for n in sizes)
-            buf.map_sync(wgpu.MapMode.READ, 0, total)
-            mapped_at = mapped_at or time.perf_counter()
-            try:  # a view of the mapped memory: each sink copies out of it once
-                blob = np.asarray(buf.read_mapped(0, total, copy=False), dtype=np.uint8)
-                offset = 0
-                for size in sizes:
-                    next(it)(blob[offset : offset + size])
-                    offset += _eights(size)
-            finally:
-                buf.unmap()
-            self.stats.bytes_read_back += total
-        return mapped_at or time.perf_counter()
+        """:func:`read_back`, counted in this call's stats."""
+        return read_back(readbacks, sinks, self.stats)
 
     def _sinks(self, jobs: list[_Job], dests: list[np.ndarray], ensemble: bool) -> list[Sink]:
         """Per output buffer of each job, in order: a function copying its bytes into ``dests``
@@ -470,6 +432,63 @@ class _Call:
 
 
 Sink = Callable[[np.ndarray], None]
+
+
+def copy_out(encoder, sources: list[tuple[wgpu.GPUBuffer, int]], cap: int,
+             acquire: Callable[[int, int], wgpu.GPUBuffer]) -> list[tuple[wgpu.GPUBuffer, list[int]]]:
+    """Copy every output into as few read-back buffers of at most ``cap`` bytes as it takes.
+
+    Shared by the forward, the tangent and the backward.
+
+    Args:
+      encoder: the call's command encoder (the copies follow its compute pass).
+      sources: (buffer, bytes) of each output, copied from offset 0.
+      cap: the device's max-buffer-size.
+      acquire: ``acquire(nbytes, usage)``, a buffer of the call (released with it).
+
+    Returns:
+      Per read-back buffer: the buffer and the byte sizes of the outputs it holds, in order
+      (each at an 8-aligned offset).
+    """
+    groups: list[list[tuple[wgpu.GPUBuffer, int]]] = [[]]
+    for src in sources:
+        if groups[-1] and sum(_eights(n) for _, n in groups[-1]) + _eights(src[1]) > cap:
+            groups.append([])
+        groups[-1].append(src)
+    readbacks = []
+    for group in groups:
+        dst = acquire(sum(_eights(n) for _, n in group), _READBACK)
+        offset = 0
+        for buf, size in group:
+            encoder.copy_buffer_to_buffer(buf, 0, dst, offset, size)
+            offset += _eights(size)
+        readbacks.append((dst, [size for _, size in group]))
+    return readbacks
+
+
+def read_back(readbacks: list[tuple[wgpu.GPUBuffer, list[int]]], sinks: list[Sink], stats: CallStats) -> float:
+    """Map each read-back buffer of :func:`copy_out` once and hand each output's bytes to its
+    sink (in ``sources`` order) while mapped; count the bytes in ``stats``.
+
+    Returns:
+      The time (``perf_counter``) when the first buffer was mapped: the end of the wait.
+    """
+    it = iter(sinks)
+    mapped_at = None
+    for buf, sizes in readbacks:
+        total = sum(_eights(n) for n in sizes)
+        buf.map_sync(wgpu.MapMode.READ, 0, total)
+        mapped_at = mapped_at or time.perf_counter()
+        try:  # a view of the mapped memory: each sink copies out of it once
+            blob = np.asarray(buf.read_mapped(0, total, copy=False), dtype=np.uint8)
+            offset = 0
+            for size in sizes:
+                next(it)(blob[offset : offset + size])
+                offset += _eights(size)
+        finally:
+            buf.unmap()
+        stats.bytes_read_back += total
+    return mapped_at or time.perf_counter()
 
 
 def _take(a: np.ndarray, axis: int, rows: slice) -> np.ndarray:

@@ -186,6 +186,17 @@ class Geometry:
             out["res"] = D * L * self.K * H * 4
         return out
 
+    def fixed_bytes(self) -> dict[str, int]:
+        """Bytes of a per-row buffer of :meth:`row_bytes` that do not grow with the batch (the
+        backward keeps its weights beside rows in one buffer); none in the forward's."""
+        return {}
+
+    def row_grids(self, max_dim: int) -> dict[str, tuple[int, int]]:
+        """Per kind of dispatch whose grid grows with the batch: (invocations per batch row, the
+        invocations a grid within ``max_dim`` workgroups per dimension allows)."""
+        per_row = max(self.D * self.H4, self.D * -(-self.L // 4) * self.G * self.H4)  # recurrence, xproj
+        return {"recurrence": (per_row, max_dim * max_dim * STEPWISE_WORKGROUP)}
+
     def weight_bytes(self) -> dict[str, int]:
         """Bytes of the device copies of the weights (an LSTM's projt shares rt's buffer)."""
         D, I, G, HP, s = self.D, self.I, self.G, self.HP, self.itemsize  # noqa: E741
@@ -450,7 +461,11 @@ def grid2d(workgroups: int, max_dim: int) -> tuple[int, int]:
 
 
 def _max_rows(geo: Geometry, limits: dict[str, int], variant: str, bpw: int) -> int:
-    """Largest batch chunk every device limit allows; raises naming the limit when < 1."""
+    """Largest batch chunk every device limit allows; raises naming the limit when < 1.
+
+    Reads the buffers and grids from ``geo`` (:meth:`Geometry.row_bytes`, ``fixed_bytes``,
+    ``weight_bytes``, ``row_grids``): the forward's, or a subclass's (tangent, backward).
+    """
     limit = min(limits[_L_BIND], limits[_L_BUFFER])
     limit_name = _L_BIND if limits[_L_BIND] <= limits[_L_BUFFER] else _L_BUFFER
     cap = limit - 4  # room to round byte sizes up to a multiple of 4
@@ -461,25 +476,46 @@ def _max_rows(geo: Geometry, limits: dict[str, int], variant: str, bpw: int) -> 
                 f"device limit {limit_name}={limit}; use backend='xla' for this size."
             )
     rows = geo.N
+    fixed = geo.fixed_bytes()
     for name, per_row in geo.row_bytes().items():
-        if per_row > cap:
+        room = cap - fixed.get(name, 0)
+        if per_row > room:
+            beside = f" (plus {fixed[name]} bytes per call)" if name in fixed else ""
             raise ValueError(
-                f"jaxgru wgsl: one batch row of the {name} buffer needs {per_row} bytes, more than "
+                f"jaxgru wgsl: one batch row of the {name} buffer needs {per_row} bytes{beside}, more than "
                 f"the device limit {limit_name}={limit}; shorten the sequence or use backend='xla'."
             )
         if per_row:  # 0 when input_size is 0: x takes no room
-            rows = min(rows, cap // per_row)
+            rows = min(rows, room // per_row)
     max_dim = limits[_L_GRID]
-    grid_threads = max_dim * max_dim * STEPWISE_WORKGROUP
-    per_row_threads = max(geo.D * geo.H4, geo.D * -(-geo.L // 4) * geo.G * geo.H4)
-    if per_row_threads > grid_threads:
-        raise ValueError(
-            f"jaxgru wgsl: one batch row needs more workgroups than {_L_GRID}={max_dim} allows."
-        )
-    rows = min(rows, grid_threads // per_row_threads)
+    for per_row_threads, grid_threads in geo.row_grids(max_dim).values():
+        if per_row_threads > grid_threads:
+            raise ValueError(
+                f"jaxgru wgsl: one batch row needs more workgroups than {_L_GRID}={max_dim} allows."
+            )
+        rows = min(rows, grid_threads // per_row_threads)
     if variant == "persistent":
         rows = min(rows, max_dim * bpw)
     return max(1, rows)
+
+
+def batch_chunks(geo: Geometry, limits: dict[str, int], variant: str = "stepwise", bpw: int = 0
+                 ) -> tuple[tuple[int, int], ...]:
+    """Balanced batch ranges [n0, n1) covering ``geo.N``, each within every device limit.
+
+    Args:
+      geo: the call's geometry (its buffers and grids: the forward's or a subclass's).
+      limits: device limits (hyphenated names), already lowered by any override.
+      variant, bpw: the recurrence variant and its rows per workgroup (persistent: the grid
+        holds ``max_dim·bpw`` rows).
+
+    Raises:
+      ValueError: a single batch row (or the weights) beyond a device limit.
+    """
+    rows = _max_rows(geo, limits, variant, bpw)
+    count = -(-geo.N // rows)
+    size = -(-geo.N // count)  # balanced chunks
+    return tuple((n0, min(geo.N, n0 + size)) for n0 in range(0, geo.N, size))
 
 
 def make_plan(geo: Geometry, limits: dict[str, int], variant: str) -> Plan:
@@ -500,10 +536,8 @@ def make_plan(geo: Geometry, limits: dict[str, int], variant: str) -> Plan:
             f"allows {_L_STORAGE}={limits[_L_STORAGE]}. Use backend='xla'."
         )
     variant, nb, bpw = choose_variant(geo, limits, variant)
-    rows = _max_rows(geo, limits, variant, bpw)
-    count = -(-geo.N // rows)
-    size = -(-geo.N // count)  # balanced chunks
-    chunks = tuple((n0, min(geo.N, n0 + size)) for n0 in range(0, geo.N, size))
+    chunks = batch_chunks(geo, limits, variant, bpw)
+    size = chunks[0][1] - chunks[0][0]  # the largest
     step = PERSISTENT_SEGMENT_STEPS if variant == "persistent" else 1
     segments = tuple((t0, min(geo.L, t0 + step)) for t0 in range(0, geo.L, step))
     tile = None
