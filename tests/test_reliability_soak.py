@@ -26,6 +26,7 @@ from test_reliability_fuzz import Config, assert_agree, build_case, expected_fro
 from test_wgsl_backend import _rss_mib
 
 import jaxgru
+from jaxgru._src import native
 from jaxgru._src.webgpu import counters, runtime
 
 SOAK_CALLS = 10_000  # per backend, in the default run (about 3 s on xla, 20 s on lavapipe)
@@ -58,7 +59,11 @@ def backend(request):
     return request.param
 
 
-BOTH = ["xla", pytest.param("wgsl", marks=pytest.mark.wgsl)]
+BACKENDS = [
+    "xla",
+    pytest.param("cpu", marks=pytest.mark.skipif(not native.available(), reason="native CPU extension not built")),
+    pytest.param("wgsl", marks=pytest.mark.wgsl),
+]
 
 
 class Soak:
@@ -140,19 +145,21 @@ def _soak(backend: str, calls: int) -> dict:
         assert pool["created"] == warm["pool"]["created"], report  # every scratch buffer reused
         assert pool["idle_bytes"] <= pool["max_idle_bytes"], report
         assert tables["entries"] <= tables["max_entries"] and tables["bytes"] <= tables["max_bytes"], report
+        groups = end["bind_groups"]  # every call after the warm-up binds buffers it bound before
+        assert groups["misses"] == warm["bind_groups"]["misses"] and groups["entries"] <= groups["max_entries"], report
         # weights go up raw on every call (nothing keyed by their content is kept on the device)
         assert c1["bytes_uploaded"] - c0["bytes_uploaded"] > 0, report
     print(report)  # the figures (pytest -s shows them)
     return report
 
 
-@pytest.mark.parametrize("backend", BOTH, indirect=True)
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 def test_soak_mixed_shapes(backend):
     _soak(backend, SOAK_CALLS)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", BOTH, indirect=True)
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 def test_soak_mixed_shapes_long(backend, request):
     if not _slow_requested(request.config):
         pytest.skip("the long soak runs with -m slow (or JAXGRU_SLOW=1)")
