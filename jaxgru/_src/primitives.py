@@ -14,7 +14,8 @@ For cell in {gru, lstm}:
 members, e.g. vmapped weights). Shape rules: shapes.py; lowerings: lowering.py (``xla``: the
 ``lax.scan`` reference everywhere; ``wgsl``: host callbacks into the WGSL kernels for the
 forward, the tangent and the backward; ``cpu``: XLA FFI calls into the native kernels for the
-forward and the recurrences of the tangent and the backward, on the cpu platform); jvp, transpose and batching: rules.py.
+forward and the recurrences of the tangent and the backward, on the cpu platform); jvp,
+transpose and batching: rules.py.
 """
 
 from __future__ import annotations
