@@ -117,9 +117,15 @@ void worker(Call& c, int index, int threads) {
   (void)threads;
 }
 
+// The tangent's scratch, initial state and phases (defined with its FFI handler below).
+int64_t layout_dir_tangent(Layer& ly, Dir& dr, float* base);
+void init_dir_tangent(Layer& ly, int d);
+void plan_tangent(Call& c, int d);
+
 // Scratch of one direction: sets its pointers from `base` (nullptr: only counts) and returns
 // its size in floats. Every buffer starts on a 64-byte boundary.
 int64_t layout_dir(Layer& ly, Dir& dr, float* base) {
+  if (ly.tangent) return layout_dir_tangent(ly, dr, base);
   int64_t used = 0;
   auto take = [&](int64_t n) -> float* {
     float* out = base ? base + used : nullptr;
@@ -295,7 +301,10 @@ void prepare(Call& c) {
   base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t(63));
   for (int d = 0; d < ly.D; ++d) {
     base += layout_dir(ly, ly.dir[d], base);
-    if (ly.backward) {
+    if (ly.tangent) {
+      init_dir_tangent(ly, d);
+      plan_tangent(c, d);
+    } else if (ly.backward) {
       init_dir_backward(ly, d);
       plan_backward(c, d);
     } else {
@@ -405,6 +414,78 @@ ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::
   return run_and_finish(call, pool, at.threads, ly.dhT, ly.dcT, ly.dh0, ly.dc0, /*cotangents=*/true);
 }
 
+// ---- the tangent (jax.jvp): its recurrence in tangent.inc ----
+int64_t layout_dir_tangent(Layer& ly, Dir& dr, float* base) {
+  int64_t used = 0;
+  auto take = [&](int64_t n) -> float* {
+    float* out = base ? base + used : nullptr;
+    used += (n + 15) / 16 * 16;
+    return out;
+  };
+  const int64_t Hp = ly.Hp, nb = ly.nb, N = ly.N;
+  const bool gru0 = ly.cell == 0 && !ly.lbr;
+  dr.peep = take(3 * Hp);
+  dr.rpanel = take(nb * ly.H * (gru0 ? 2 : ly.G) * kBlock);
+  dr.rhpanel = gru0 ? take(nb * ly.H * kBlock) : nullptr;
+  dr.h[0] = take(N * Hp);
+  dr.h[1] = take(N * Hp);
+  dr.c = take(N * Hp);
+  dr.z = gru0 ? take(N * Hp) : nullptr;
+  dr.rh = gru0 ? take(N * Hp) : nullptr;
+  return used;
+}
+
+// The initial states' tangents into the carried buffers (h0 / c0 hold them), the rest zero.
+void init_dir_tangent(Layer& ly, int d) {
+  Dir& dr = ly.dir[d];
+  const int64_t H = ly.H, Hp = ly.Hp, N = ly.N;
+  init_peepholes(ly, d);
+  for (float* b : {dr.h[0], dr.h[1], dr.c, dr.z, dr.rh})
+    if (b) std::fill(b, b + N * Hp, 0.f);
+  for (int64_t n = 0; n < N; ++n) {
+    std::memcpy(dr.h[0] + n * Hp, ly.h0 + (d * N + n) * H, H * sizeof(float));
+    if (ly.cell == 1) std::memcpy(dr.c + n * Hp, ly.c0 + (d * N + n) * H, H * sizeof(float));
+  }
+}
+
+void plan_tangent(Call& c, int d) {
+  const Layer& ly = c.ly;
+  std::vector<Phase>& ph = c.phases[d];
+  const int rs = c.k->rows_step[ly.cell][0], rb = c.k->rows_step[ly.cell][1];
+  auto add = [&](int kind, int64_t arg, int64_t rows_total, int rows) {
+    int64_t nrt = std::max<int64_t>(1, (rows_total + rows - 1) / rows);
+    ph.push_back(Phase{kind, arg, nrt, rows, ly.nb * nrt});
+  };
+  add(kTanPack, 0, 1, 1);
+  for (int64_t t = 0; t < ly.L; ++t) {
+    add(kTanStep, t, ly.N, rs);
+    if (ly.cell == 0 && !ly.lbr) add(kTanStepB, t, ly.N, rb);
+  }
+  finish_plan(c, d);
+}
+
+// The tangent recurrence (the serial part; its non-recurrent terms `ex`/`exh` are GEMMs over all
+// steps that XLA does before it, native.make_tangent). Operands in processing order, [D][L][N][.];
+// dY out in processing order, the last states' tangents as the forward's final states.
+ffi::Error run_tangent(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32> ex, const float* exh,
+                       ffi::Buffer<ffi::F32> res, const float* hp, const float* cp,
+                       ffi::Buffer<ffi::F32> r, const float* p, ffi::Buffer<ffi::F32> dh0,
+                       const float* dc0, ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> dy,
+                       ffi::ResultBuffer<ffi::F32> dyh, float* dyc) {
+  auto call = std::make_shared<Call>();
+  Call& c = *call;
+  Layer& ly = c.ly;
+  ly.tangent = true;
+  auto ed = ex.dimensions();  // [D, L, N, G*H]
+  if (ed.size() != 4 || !configure(c, at, ed[1], ed[2], 0, r.dimensions()))
+    return ffi::Error::InvalidArgument("jaxgru_cpu: operands of unexpected shapes");
+  ly.r = r.typed_data(); ly.p = p; ly.lens = lens.typed_data();
+  ly.ex = ex.typed_data(); ly.exh = exh; ly.res = const_cast<float*>(res.typed_data());
+  ly.hp = hp; ly.cp = cp; ly.h0 = dh0.typed_data(); ly.c0 = dc0;
+  ly.dy = dy->typed_data(); ly.yh = dyh->typed_data(); ly.yc = dyc;
+  return run_and_finish(call, pool, at.threads, ly.h0, ly.c0, ly.yh, ly.yc, /*cotangents=*/false);
+}
+
 #define JAXGRU_ATTRS(B)                                                                              \
   B.Attr<int32_t>("lbr").Attr<int32_t>("input_forget").Attr<int32_t>("peepholes").Attr<int32_t>("ragged") \
       .Attr<int32_t>("direction").Attr<int32_t>("residuals").Attr<int32_t>("threads").Attr<int32_t>("isa")  \
@@ -483,10 +564,47 @@ ffi::Error lstm_bwd_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> gy, ffi::Bu
                       lens, dgx, nullptr, dh0, dc0->typed_data());
 }
 
+ffi::Error gru_tan_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> ex, ffi::Buffer<ffi::F32> exh,
+                        ffi::Buffer<ffi::F32> res, ffi::Buffer<ffi::F32> hp, ffi::Buffer<ffi::F32> r,
+                        ffi::Buffer<ffi::F32> dh0, ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> dy,
+                        ffi::ResultBuffer<ffi::F32> dyh, JAXGRU_ATTR_ARGS) {
+  Attrs at = JAXGRU_ATTR_VALUES(0);
+  return run_tangent(pool, at, ex, lbr ? exh.typed_data() : nullptr, res, hp.typed_data(), nullptr, r,
+                     nullptr, dh0, nullptr, lens, dy, dyh, nullptr);
+}
+
+ffi::Error lstm_tan_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> ex, ffi::Buffer<ffi::F32> res,
+                         ffi::Buffer<ffi::F32> cp, ffi::Buffer<ffi::F32> r, ffi::Buffer<ffi::F32> p,
+                         ffi::Buffer<ffi::F32> dh0, ffi::Buffer<ffi::F32> dc0, ffi::Buffer<ffi::S32> lens,
+                         ffi::ResultBuffer<ffi::F32> dy, ffi::ResultBuffer<ffi::F32> dyh,
+                         ffi::ResultBuffer<ffi::F32> dyc, JAXGRU_ATTR_ARGS) {
+  Attrs at = JAXGRU_ATTR_VALUES(1);
+  return run_tangent(pool, at, ex, nullptr, res, nullptr, cp.typed_data(), r, p.typed_data(), dh0,
+                     dc0.typed_data(), lens, dy, dyh, dyc->typed_data());
+}
+
 }  // namespace
 }  // namespace jaxgru_cpu
 
 #define JAXGRU_F32 xla::ffi::Buffer<xla::ffi::F32>
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jaxgru_gru_tangent, jaxgru_cpu::gru_tan_impl,
+    JAXGRU_ATTRS(xla::ffi::Ffi::Bind()
+                     .Ctx<xla::ffi::ThreadPool>()
+                     .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
+                     .Arg<JAXGRU_F32>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
+                     .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jaxgru_lstm_tangent, jaxgru_cpu::lstm_tan_impl,
+    JAXGRU_ATTRS(xla::ffi::Ffi::Bind()
+                     .Ctx<xla::ffi::ThreadPool>()
+                     .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
+                     .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
+                     .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
+                     .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()));
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jaxgru_gru_backward, jaxgru_cpu::gru_bwd_impl,
     JAXGRU_ATTRS(xla::ffi::Ffi::Bind()
@@ -546,6 +664,8 @@ PyObject* registrations(PyObject*, PyObject*) {
       {"jaxgru_lstm_forward", reinterpret_cast<void*>(jaxgru_lstm_forward)},
       {"jaxgru_gru_backward", reinterpret_cast<void*>(jaxgru_gru_backward)},
       {"jaxgru_lstm_backward", reinterpret_cast<void*>(jaxgru_lstm_backward)},
+      {"jaxgru_gru_tangent", reinterpret_cast<void*>(jaxgru_gru_tangent)},
+      {"jaxgru_lstm_tangent", reinterpret_cast<void*>(jaxgru_lstm_tangent)},
   };
   for (const auto& t : targets) {
     PyObject* cap = PyCapsule_New(t.second, nullptr, nullptr);

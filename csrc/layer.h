@@ -68,6 +68,16 @@ struct Layer {
   bool backward = false;
   const float *gy = nullptr, *hp = nullptr, *cp = nullptr, *dhT = nullptr, *dcT = nullptr;
   float *dgx = nullptr, *dgh = nullptr, *dh0 = nullptr, *dc0 = nullptr;
+  // tangent (processing order, [D][L][N][.]; tangent.inc): the part of each step's gate
+  // tangents that does not depend on the carried tangents (ex: d(X.W^T + b) + H_prev.dR^T
+  // [+ the peepholes' tangents times C]; GRU lbr=1: without the h gate's H_prev.dRh^T + dRbh,
+  // which is exh, multiplied by r), the forward's residuals (res), states before each step
+  // (hp; LSTM: cp) and R; the tangents of the initial states in h0 / c0, dY per step into dy
+  // (processing order), the last states' tangents into yh / yc. The carried dH, dC use the
+  // forward's h / c buffers, GRU lbr=0's dz and dr*H + r*dH its z / rh, R the forward's panels.
+  bool tangent = false;
+  const float *ex = nullptr, *exh = nullptr;
+  float* dy = nullptr;
   Dir dir[2];
 
   int64_t len(int64_t n) const { return ragged ? lens[n] : L; }
@@ -81,7 +91,8 @@ struct Layer {
 
 // Phases of one direction's work, in order. Every phase is a set of independent units.
 enum PhaseKind : int32_t { kPack = 0, kProject, kStep, kStepB,
-                           kBwdPack, kBwdElem, kBwdRh, kBwdMat };
+                           kBwdPack, kBwdElem, kBwdRh, kBwdMat,
+                           kTanPack, kTanStep, kTanStepB };
 
 // The per-ISA kernels: row counts of each tile and the one entry point that runs a unit.
 struct Kernels {

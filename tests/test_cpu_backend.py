@@ -289,3 +289,199 @@ def test_explicit_cpu_without_the_extension_says_so(monkeypatch):
 def test_backend_info_reports_the_native_lowering():
     info = jaxgru.backend_info()
     assert info["cpu_native"]["available"] and info["cpu_native"]["isa"] in ("avx512", "avx2", "generic")
+
+
+# --------------------------------------------------------------------------------------
+# the tangent map (jax.jvp): its native recurrence against the xla reference
+# --------------------------------------------------------------------------------------
+def _jvp_fn(case, backend, layout=0, **extra):
+    """jit(jvp) of the layer in every float operand (weights, x, initial states given or zero)."""
+    fn = jaxgru.gru if case.cell == "gru" else jaxgru.lstm
+    kw = case.kwargs(layout)
+    states = {k: kw.pop(k) for k in ("initial_h", "initial_c") if k in kw}
+    f = lambda p, x, s: fn(p, x, **kw, **s, **extra, backend=backend)
+    return jax.jit(lambda prim, tan: jax.jvp(f, prim, tan)), states
+
+
+def _jvp(case, backend, layout=0, seed=7, **extra):
+    """(primal outputs, output tangents) in layout 0, float32, for random tangents of every operand."""
+    f, states = _jvp_fn(case, backend, layout, **extra)
+    x = case.x if layout == 0 else np.swapaxes(case.x, 0, 1)
+    prim = (case.params, x, states)
+    rng = np.random.default_rng(seed)
+    tan = jax.tree.map(lambda a: rng.standard_normal(np.shape(a)).astype(np.asarray(a).dtype), prim)
+    outs = f(prim, tan)
+
+    def to0(o):
+        o = [np.asarray(a, np.float32) for a in o]
+        if layout == 1:
+            o = [np.transpose(o[0], (1, 2, 0, 3))] + [np.swapaxes(a, 0, 1) for a in o[1:]]
+        return o
+
+    return to0(outs[0]), to0(outs[1])
+
+
+def _check_jvp(case, layout=0, atol=2e-5, rtol=1e-5, **extra):
+    """cpu against xla; atol scales with the outputs' size (unbounded gates, e.g. LeakyRelu, grow
+    the tangents to ~50 at these shapes, where float32 rounding alone differs by ~1e-6 of that)."""
+    got, want = _jvp(case, "cpu", layout, **extra), _jvp(case, "xla", layout, **extra)
+    for g, w in zip(got[0] + got[1], want[0] + want[1], strict=True):
+        np.testing.assert_allclose(g, w, atol=atol * max(1.0, float(np.abs(w).max(initial=0.0))), rtol=rtol)
+
+
+JVP_FEATURES = [
+    *FEATURES,
+    ("gru", {"direction": "bidirectional", "lens": [5, 0, 3], "h0": True, "clip": 0.7}),
+    ("lstm", {"direction": "bidirectional", "peep": True, "h0": True, "c0": True, "lens": [0, 5, 2]}),
+]
+
+
+@pytest.mark.parametrize(("cell", "opts", "layout"), [(c, o, i % 2) for i, (c, o) in enumerate(JVP_FEATURES)],
+                         ids=[f"{c}-{i}-layout{i % 2}" for i, (c, _) in enumerate(JVP_FEATURES)])
+def test_jvp_features_match_xla(cell, opts, layout):
+    """jvp on cpu (native forward with residuals, native tangent recurrence) equals jvp on xla
+    (whose tangent is checked against numerical derivatives in test_transforms), for tangents of
+    every float operand: GRU lbr 0/1, LSTM peepholes/input_forget, clip, ragged incl. 0, every
+    direction, initial states given or absent, both layouts (alternating over the cases)."""
+    opts = dict(opts)
+    kw = {k: opts.pop(k) for k in ("h0", "c0", "peep", "lens", "direction") if k in opts}
+    case = random_case(np.random.default_rng(8), cell, L=5, N=3, I=4, H=6, **kw, **opts)
+    hlo = _jvp_fn(case, "cpu", layout)[0].lower(*_prim_tan(case, layout)).as_text()
+    assert f"jaxgru_{cell}_tangent" in hlo and f"jaxgru_{cell}_forward" in hlo
+    _check_jvp(case, layout)
+
+
+def _prim_tan(case, layout=0):
+    fn_kw = case.kwargs(layout)
+    states = {k: fn_kw[k] for k in ("initial_h", "initial_c") if k in fn_kw}
+    x = case.x if layout == 0 else np.swapaxes(case.x, 0, 1)
+    prim = (case.params, x, states)
+    return prim, jax.tree.map(np.ones_like, prim)
+
+
+ACT_GROUPS = [activations.NAMES[k : k + 4] for k in range(0, len(activations.NAMES), 4)]
+
+
+@pytest.mark.parametrize("names", ACT_GROUPS, ids=["-".join(g) for g in ACT_GROUPS])
+def test_jvp_every_activation(names):
+    """Each activation's derivative in the tangent step, with alpha/beta: four at a time as
+    (f, g) of both directions of a GRU (the LSTM's h(C), which act_d takes unclipped, is in
+    JVP_FEATURES)."""
+    acts = list(names) + ["Sigmoid"] * (4 - len(names))
+    kinds = [activations.lookup(a) for a in acts]
+    alpha = [0.6 + 0.1 * k for k, a in enumerate(kinds) if a.takes_alpha]
+    beta = [0.3 + 0.1 * k for k, a in enumerate(kinds) if a.takes_beta]
+    ab = ({"activation_alpha": alpha} if alpha else {}) | ({"activation_beta": beta} if beta else {})
+    case = random_case(np.random.default_rng(9), "gru", L=4, N=2, I=3, H=5, direction="bidirectional",
+                       activations=acts, **ab)
+    _check_jvp(case)
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+@pytest.mark.parametrize(("cell", "lbr"), [("gru", 0), ("lstm", 0)])
+def test_jvp_every_isa_and_tile_tail(monkeypatch, isa, cell, lbr):
+    """Each instruction set's tangent kernels (both GRU lbr=0 phases; the one-phase steps of
+    lbr=1 run the same tile as the LSTM's), H not a multiple of 16, batch rows beyond one tile,
+    ragged lengths with zeros, bidirectional, initial states."""
+    monkeypatch.setenv(native.ISA_ENV, isa)
+    opts = {"linear_before_reset": lbr} if cell == "gru" else {"peep": True, "c0": True}
+    case = random_case(np.random.default_rng(11), cell, L=4, N=9, I=5, H=20, direction="bidirectional",
+                       lens=[4, 1, 0, 3, 4, 2, 4, 1, 3], h0=True, **opts)
+    jax.clear_caches()  # the ISA is read when a call is lowered
+    _check_jvp(case, atol=5e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("threads", "lbr"), [("1", 0), ("2", 1), ("5", 0)])
+def test_jvp_thread_counts_agree(monkeypatch, threads, lbr):
+    """Tangent steps split over 1, 2 and 5 threads (each step reads the whole dH, or lbr=0's
+    r-phase operand, that the other threads wrote)."""
+    monkeypatch.setenv(native.THREADS_ENV, threads)
+    case = random_case(np.random.default_rng(12), "gru", L=5, N=10, I=6, H=40, direction="bidirectional",
+                       h0=True, linear_before_reset=lbr)
+    jax.clear_caches()
+    _check_jvp(case, atol=5e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_jvp_half_precision_storage_computes_in_float32(dtype):
+    case = random_case(np.random.default_rng(13), "lstm", L=5, N=2, I=3, H=7, peep=True, h0=True)
+    for name in ("x", "w", "r", "b", "p", "h0"):
+        setattr(case, name, np.asarray(jnp.asarray(getattr(case, name), dtype)))
+    got, want = _jvp(case, "cpu"), _jvp(case, "xla")
+    for g, w in zip(got[0] + got[1], want[0] + want[1], strict=True):
+        np.testing.assert_allclose(g, w, atol=3e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_jvp_check_grads_forward_mode(cell):
+    """The native jvp against numerical derivatives (float32: central differences at eps 1e-2)."""
+    case = random_case(np.random.default_rng(14), cell, L=4, N=2, I=3, H=5, h0=True, direction="bidirectional",
+                       lens=[4, 2], **({"peep": True} if cell == "lstm" else {"linear_before_reset": 1}))
+    fn = jaxgru.gru if cell == "gru" else jaxgru.lstm
+    kw = case.kwargs(0)
+    h0 = kw.pop("initial_h")
+    f = jax.jit(lambda p, x, h: fn(p, x, **kw, initial_h=h, backend="cpu"))
+    jax.test_util.check_grads(f, (case.params, case.x, h0), order=1, modes=("fwd",), eps=1e-2, atol=2e-2, rtol=2e-2)
+
+
+def test_jvp_compiles_to_ffi_calls_without_a_loop():
+    params = jaxgru.init_lstm(jax.random.key(0), 3, 4, bidirectional=True)
+    x = jnp.ones((5, 2, 3))
+    f = lambda p, x: jaxgru.lstm(p, x, direction="bidirectional", backend="cpu")
+    hlo = jax.jit(lambda p, x, tp, tx: jax.jvp(f, (p, x), (tp, tx))).lower(params, x, params, x).compile().as_text()
+    assert hlo.count("jaxgru_lstm_tangent") >= 1 and "jaxgru_lstm_forward" in hlo
+    assert not re.search(r"\bwhile\b", hlo)
+    ref = jax.jit(lambda p, x, tp, tx: jax.jvp(lambda p, x: jaxgru.lstm(p, x, direction="bidirectional",
+                                                                          backend="xla"), (p, x), (tp, tx)))
+    assert re.search(r"\bwhile\b", ref.lower(params, x, params, x).compile().as_text())  # the check can fail
+
+
+def test_jvp_export_and_projection_keep_the_reference():
+    """jax.export and the projected LSTM (no native kernel) keep the reference tangent."""
+    params = jaxgru.init_gru(jax.random.key(0), 3, 4)
+    x = jnp.ones((5, 2, 3))
+    g = jax.jit(lambda p, x, tp, tx: jax.jvp(lambda p, x: jaxgru.gru(p, x, backend="cpu"), (p, x), (tp, tx)))
+    assert "jaxgru_gru_tangent" in g.lower(params, x, params, x).as_text()  # the check can fail
+    assert "jaxgru_gru_tangent" not in jax.export.export(g)(params, x, params, x).mlir_module()
+    proj = jaxgru.init_lstm(jax.random.key(1), 3, 6, proj_size=2)
+    h = jax.jit(lambda p, x, tp, tx: jax.jvp(lambda p, x: jaxgru.lstm(p, x, backend="cpu"), (p, x), (tp, tx)))
+    assert "jaxgru_lstm_tangent" not in h.lower(proj, x, proj, x).as_text()
+
+
+def test_jvp_float64_stays_on_xla(jax_x64):
+    params = jaxgru.init_gru(jax.random.key(0), 3, 4, dtype=jnp.float64)
+    x = jnp.ones((5, 2, 3), jnp.float64)
+    g = jax.jit(lambda p, x: jax.jvp(lambda x: jaxgru.gru(p, x, backend="cpu"), (x,), (x,)))
+    assert "jaxgru_gru_tangent" not in g.lower(params, x).as_text()
+
+
+def test_jvp_partitioned_jit_falls_back_and_shard_map_runs_native():
+    """A batch-sharded jit keeps the reference tangent (the FFI call has no partitioning rule);
+    inside shard_map each device runs the native tangent on its shard."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((4,), ("batch",), axis_types=(jax.sharding.AxisType.Explicit,))
+    params = jaxgru.init_gru(jax.random.key(0), 3, 5, bidirectional=True)
+    x = jax.random.normal(jax.random.key(1), (6, 8, 3))
+    tx = jax.random.normal(jax.random.key(2), (6, 8, 3))
+    opts = dict(direction="bidirectional", sequence_lens=jnp.arange(8) % 7)
+    want = jax.jvp(lambda x: jaxgru.gru(params, x, **opts, backend="xla"), (x,), (tx,))
+    xs = jax.device_put(x, NamedSharding(mesh, P(None, "batch")))
+    txs = jax.device_put(tx, NamedSharding(mesh, P(None, "batch")))
+    g = jax.jit(lambda x, t: jax.jvp(lambda x: jaxgru.gru(params, x, **opts, backend="cpu"), (x,), (t,)))
+    assert "jaxgru_gru_tangent" not in g.lower(xs, txs).as_text()
+    chex.assert_trees_all_close(g(xs, txs), want, atol=2e-5)
+    par = jaxgru.sharded(jaxgru.gru, mesh)
+    s = jax.jit(lambda x, t: jax.jvp(lambda x: par(params, x, **opts, backend="cpu"), (x,), (t,)))
+    assert "jaxgru_gru_tangent" in s.lower(xs, txs).as_text()
+    chex.assert_trees_all_close(s(xs, txs), want, atol=2e-5)
+
+
+def test_jvp_under_vmap_over_weights():
+    """vmapped weights: the ensemble axis, one FFI call per member (vmap_method sequential)."""
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *[jaxgru.init_lstm(jax.random.key(k), 3, 5) for k in (0, 1)])
+    x = jax.random.normal(jax.random.key(3), (4, 2, 3))
+    f = lambda backend: jax.jit(jax.vmap(lambda p, tp: jax.jvp(lambda p: jaxgru.lstm(p, x, backend=backend),
+                                                                (p,), (tp,))))
+    chex.assert_trees_all_close(f("cpu")(stacked, stacked), f("xla")(stacked, stacked), atol=2e-5)

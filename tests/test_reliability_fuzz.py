@@ -360,6 +360,33 @@ def test_fuzz_cpu_gradients_match_xla(cfg):
         assert_agree(g, w, "float32", f"gradient, {cfg}")
 
 
+@pytest.mark.skipif(not native.available(), reason="the native CPU extension is not built")
+@settings(max_examples=examples(8), **FUZZ)
+@given(cfg=configs())
+def test_fuzz_cpu_jvp_matches_xla(cfg):
+    """jvp on cpu (native forward with residuals, native tangent recurrence) equals jvp on xla,
+    for random tangents of every float operand, in every storage dtype and layout, L = 0 too."""
+    _bounded_caches(50)
+    case, _ = build_case(cfg)
+    fn = jaxgru.gru if cfg.cell == "gru" else jaxgru.lstm
+    kw = case.kwargs(cfg.layout)
+    states = {k: kw.pop(k) for k in ("initial_h", "initial_c") if k in kw}
+    x = case.x if cfg.layout == 0 else np.swapaxes(case.x, 0, 1)
+    prim = (case.params, x, states)
+    rng = np.random.default_rng(cfg.seed)
+    tan = jax.tree.map(lambda a: rng.standard_normal(np.shape(a)).astype(np.asarray(a).dtype), prim)
+
+    def jvp(backend):
+        f = lambda p, x, s: fn(p, x, **kw, **s, backend=backend)
+        primal, tangent = jax.jit(lambda a, b: jax.jvp(f, a, b))(prim, tan)
+        return [o.astype(np.float32) for o in to_layout0(primal, cfg.layout) + to_layout0(tangent, cfg.layout)]
+
+    want, got = jvp("xla"), jvp("cpu")
+    check = assert_agree_with_overflowed if overflowed(want) else assert_agree
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        check(g, w, cfg.dtype, f"cpu jvp output {i} vs xla, {cfg}")
+
+
 @settings(max_examples=examples(30), **FUZZ)
 @given(cfg=configs(dtypes=("float32",), min_length=1))
 def test_fuzz_numpy_oracle_matches_onnxruntime(cfg):

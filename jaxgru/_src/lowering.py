@@ -1,7 +1,7 @@
 """Lowerings of the primitives: the ``lax.scan`` reference (``xla``) for every primitive, and the
 host callbacks into the WGSL kernels (``wgsl``) for the forward, the tangent map and the backward,
 and on the ``cpu`` platform the native FFI kernels (``cpu``, native.py) for the forward and the
-backward's recurrence.
+recurrences of the tangent map and the backward.
 
 The ensemble axis (``ensemble > 0``: every operand and output has a leading axis of that size)
 runs the reference one member at a time under ``jax.vmap``.
@@ -157,6 +157,16 @@ def cpu_backward_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int) ->
 
         return mlir.lower_fun(native.make_backward(cfg, ensemble), multiple_results=True)(ctx, *ops)
     return backward_lowering(ctx, *ops, cfg=cfg, ensemble=ensemble)
+
+
+def cpu_tangent_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int) -> Any:
+    """The tangent map on the ``cpu`` platform: its recurrence through the native FFI kernel for
+    ``backend="cpu"`` (native.make_tangent), otherwise :func:`tangent_lowering`."""
+    if backends.lowered(cfg, for_export(ctx)) == "cpu" and not _partitioned(ctx) and not cfg.proj:
+        from jaxgru._src import native
+
+        return mlir.lower_fun(native.make_tangent(cfg, ensemble), multiple_results=True)(ctx, *ops)
+    return tangent_lowering(ctx, *ops, cfg=cfg, ensemble=ensemble)
 
 
 def tangent_lowering(ctx: Any, *ops: Any, cfg: RNNConfig, ensemble: int) -> Any:

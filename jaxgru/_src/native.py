@@ -36,6 +36,7 @@ THREADS_ENV = "JAXGRU_CPU_THREADS"
 ISAS = ("best", "avx512", "avx2", "generic")
 TARGETS = {"gru": "jaxgru_gru_forward", "lstm": "jaxgru_lstm_forward"}
 BACKWARD_TARGETS = {"gru": "jaxgru_gru_backward", "lstm": "jaxgru_lstm_backward"}
+TANGENT_TARGETS = {"gru": "jaxgru_gru_tangent", "lstm": "jaxgru_lstm_tangent"}
 MAX_ACTIVATIONS = 6  # activations per call: 3 per direction, 2 directions (the C++ attributes)
 Fn = Callable[..., Any]
 
@@ -149,6 +150,67 @@ def make_forward(cfg: RNNConfig, ensemble: int, residuals: bool) -> Fn:
     return jax.vmap(one) if ensemble else one
 
 
+def _peepholes(cfg: RNNConfig, pr: Prepared) -> Any:
+    """The peepholes (i, o, f) of every direction as ``[D, 3·H]`` float32 (zeros without)."""
+    if pr.peep is None:
+        return jnp.zeros((cfg.num_directions, 3 * pr.hidden), jnp.float32)
+    return jnp.stack([jnp.concatenate(v, axis=-1)[0] for v in pr.peep]).astype(jnp.float32)
+
+
+def make_tangent(cfg: RNNConfig, ensemble: int) -> Fn:
+    """The tangent map of one layer: ``reference.tangent`` with its ``lax.scan`` over the steps
+    replaced by one FFI call (the serial part: dH·Rᵀ and the elementwise step); what does not
+    depend on the carried tangents (d(X·Wᵀ + b) + H_prev·dRᵀ, the peepholes' tangents times C)
+    is hoisted out of the steps as before, XLA GEMMs over all steps.
+
+    The function takes (primals, y, res, tangents) and returns the tangents of the outputs.
+    """
+    cell = spec(cfg.cell)
+    n = cell.num_operands
+    attrs = _attrs(cfg, True)
+    lbr = cfg.cell == "gru" and cfg.linear_before_reset
+
+    def one(*args: Any) -> tuple[Any, ...]:
+        primals, y, res, tans = args[:n], args[n], args[n + 1], args[n + 2 :]
+        lens = cell.unpack(primals).lens
+
+        def recurrence(pr: Prepared, per_dir: list, aux: list, carry0: tuple) -> tuple[tuple, tuple]:
+            f32 = lambda a: a.astype(jnp.float32)
+            d, length, batch, hidden = len(per_dir), pr.length, pr.batch, pr.hidden
+            h2 = 2 * hidden
+            stack = lambda k: f32(jnp.stack([pd[k] for pd in per_dir]))
+            carry = [f32(jnp.stack([c[k] for c in carry0])) for k in range(len(carry0[0]))]
+            st = jax.ShapeDtypeStruct((d, batch, hidden), jnp.float32)
+            dy = jax.ShapeDtypeStruct((d, length, batch, hidden), jnp.float32)
+            clipped = jnp.clip(lens.astype(jnp.int32), 0, length)
+            r = f32(jnp.stack(pr.r))
+            if cfg.cell == "gru":  # per_dir: (d(X·Wᵀ + Wb), ext, a_zr, a_h, lin, h_prev)
+                txp, ext = stack(0), stack(1)
+                if lbr:  # the h gate's H_prev·dRhᵀ + dRbh is multiplied by r in the step
+                    ex = jnp.concatenate([txp[..., :h2] + ext[..., :h2], txp[..., h2:]], axis=-1)
+                    exh = ext[..., h2:]
+                else:
+                    ex, exh = txp + ext, jnp.zeros((0,), jnp.float32)
+                shapes = [dy, st]
+                args_ = [ex, exh, f32(res), stack(5), r, carry[0]]
+            else:  # per_dir: (d(X·Wᵀ + b) + H_prev·dRᵀ, a_i, a_o, a_f, a_c, C, C_prev); aux: (dP, dproj)
+                ex, cp = stack(0), stack(6)
+                if pr.peep is not None:  # dPi ⊙ C_prev, dPo ⊙ C, dPf ⊙ C_prev: no carried tangent
+                    tp = [jnp.stack([a[0][k] for a in aux]).astype(jnp.float32)[:, None] for k in range(3)]
+                    ex = ex + jnp.concatenate([tp[0] * cp, tp[1] * stack(5), tp[2] * cp, jnp.zeros_like(cp)], -1)
+                shapes = [dy, st, st]
+                args_ = [ex, f32(res), cp, r, _peepholes(cfg, pr), carry[0], carry[1]]
+            outs = jax.ffi.ffi_call(TANGENT_TARGETS[cfg.cell], shapes, vmap_method="sequential")(
+                *args_, clipped, **attrs)
+            cd = pr.dtype
+            last = tuple(tuple(o[k].astype(cd) for o in outs[1:]) for k in range(d))
+            return last, tuple(outs[0][k].astype(cd) for k in range(d))
+
+        return reference.tangent(cfg, primals, y, res, tans, recurrence=recurrence)
+
+    return jax.vmap(one) if ensemble else one
+
+
 def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
     """The backward of one layer: ``reference.backward`` with its reverse ``lax.scan`` replaced by
     one FFI call (the serial part); the weight gradients are the same GEMMs over all steps.
@@ -178,8 +240,7 @@ def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
                 shapes = [dgx, dgx if lbr else jax.ShapeDtypeStruct((0,), jnp.float32), st]
                 args_ = [stack(0), f32(res), stack(4), r, carry[0]]
             else:  # per_dir: (gy, a_i, a_o, a_f, a_c, C, C_prev)
-                p = jnp.zeros((d, 3 * hidden), jnp.float32) if pr.peep is None else f32(
-                    jnp.stack([jnp.concatenate(v, axis=-1)[0] for v in pr.peep]))
+                p = _peepholes(cfg, pr)
                 shapes = [dgx, st, st]
                 args_ = [stack(0), f32(res), stack(6), stack(6), r, p, carry[0], carry[1]]
             outs = jax.ffi.ffi_call(BACKWARD_TARGETS[cfg.cell], shapes, vmap_method="sequential")(

@@ -14,7 +14,8 @@ For cell in {gru, lstm}:
 members, e.g. vmapped weights). Shape rules: shapes.py; lowerings: lowering.py (``xla``: the
 ``lax.scan`` reference everywhere; ``wgsl``: host callbacks into the WGSL kernels for the
 forward, the tangent and the backward; ``cpu``: XLA FFI calls into the native kernels for the
-forward and the backward's recurrence, on the cpu platform); jvp, transpose and batching: rules.py.
+forward and the recurrences of the tangent and the backward, on the cpu platform); jvp,
+transpose and batching: rules.py.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def _register(cell: str) -> rules.Primitives:
 
     p.tangent.def_abstract_eval(shapes.tangent_abstract)
     mlir.register_lowering(p.tangent, lowering.tangent_lowering)
+    mlir.register_lowering(p.tangent, lowering.cpu_tangent_lowering, platform="cpu")  # backend="cpu"
     ad.primitive_jvps[p.tangent] = partial(rules.tangent_jvp, p)
     ad.primitive_transposes[p.tangent] = partial(rules.tangent_transpose, p)
     batching.fancy_primitive_batchers[p.tangent] = partial(rules.batch_rule, p.tangent, "tangent")

@@ -41,6 +41,10 @@ _CELLS: dict[str, ModuleType] = {"gru": gru, "lstm": lstm}
 # (prepared operands, per direction the backward's scan inputs, per direction the carry of the
 # last step) -> (per direction the carry before the first step, per direction the emissions)
 Recurrence = Callable[[Prepared, list, tuple], tuple[tuple, tuple]]
+# (prepared operands, per direction the tangent's scan inputs, per direction its aux, per
+# direction the carry before the first step) -> (per direction the carry after the last step,
+# per direction dY [L, N, H] in processing order)
+TangentRecurrence = Callable[[Prepared, list, list, tuple], tuple[tuple, tuple]]
 
 
 def _finals(cfg: RNNConfig, last: Sequence[tuple[Array, ...]], k: int, orient: Orient | None = None) -> Array:
@@ -96,9 +100,12 @@ def forward(cfg: RNNConfig, *operands: Array, residuals: bool = False, plan: tup
     return tuple(outs)
 
 
-def tangent(cfg: RNNConfig, primals: Sequence[Array], y: Array, res: Array, tangents: Sequence[Array]
-            ) -> tuple[Array, ...]:
+def tangent(cfg: RNNConfig, primals: Sequence[Array], y: Array, res: Array, tangents: Sequence[Array],
+            recurrence: TangentRecurrence | None = None) -> tuple[Array, ...]:
     """Forward-mode derivative: tangents of (y, y_h[, y_c]) from tangents of the operands.
+
+    ``recurrence`` replaces the ``lax.scan`` over the steps (the native CPU lowering's kernel);
+    the terms hoisted out of the steps (``tangent_inputs``) are the same either way.
 
     Args:
       cfg: the layer's options.
@@ -106,6 +113,7 @@ def tangent(cfg: RNNConfig, primals: Sequence[Array], y: Array, res: Array, tang
       y: the forward's Y (user layout).
       res: the forward's residuals ``[D, L, N, K·H]``.
       tangents: tangents of the floating operands, in operand order (lens excluded).
+      recurrence: see above (None: the ``lax.scan``).
     """
     cell = _CELLS[cfg.cell]
     pr = Prepared(cfg, primals)
@@ -133,7 +141,10 @@ def tangent(cfg: RNNConfig, primals: Sequence[Array], y: Array, res: Array, tang
 
     t_states = [states(cfg, s) for s in (t.h0, t.c0) if s is not None]
     carry0 = tuple(tuple(s[d] for s in t_states) for d in pr.dirs)
-    last, dys = lax.scan(step, carry0, (tuple(per_dir), tm.mask), unroll=pr.unroll)
+    if recurrence is None:
+        last, dys = lax.scan(step, carry0, (tuple(per_dir), tm.mask), unroll=pr.unroll)
+    else:
+        last, dys = recurrence(pr, per_dir, aux, carry0)
     outs = [assemble_y(cfg, [tm.proc(dy, d) for d, dy in enumerate(dys)])]
     outs += [_finals(cfg, last, k) for k in range(len(t_states))]
     return tuple(o.astype(primals[0].dtype) for o in outs)
