@@ -66,7 +66,7 @@ struct Call {
   std::vector<Phase> phases[2];
   std::unique_ptr<PhaseSync[]> sync[2];
   int ranges[2] = {1, 1};
-  std::vector<float, std::allocator<float>> scratch;
+  std::unique_ptr<float[]> scratch;  // not zeroed: every buffer is initialised or written before it is read
   std::atomic<bool> finished{false};
   std::atomic<int> active{0};
 };
@@ -290,8 +290,8 @@ void prepare(Call& c) {
   int64_t total = 0;
   Layer probe = ly;
   for (int d = 0; d < ly.D; ++d) total += layout_dir(probe, probe.dir[d], nullptr);
-  c.scratch.resize(total + 16);
-  float* base = c.scratch.data();
+  c.scratch.reset(new float[total + 16]);
+  float* base = c.scratch.get();
   base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t(63));
   for (int d = 0; d < ly.D; ++d) {
     base += layout_dir(ly, ly.dir[d], base);
