@@ -376,6 +376,9 @@ ffi::Error run_layer(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32
   if (xd.size() != 3 || !configure(c, at, xd[0], xd[1], xd[2], r.dimensions()))
     return ffi::Error::InvalidArgument("jaxgru_cpu: operands of unexpected shapes");
   if (!at.residuals) ly.K = 0;
+  // batch 1: a step is a matrix-vector product that streams all of R once, as fast from R's own
+  // rows as from panels, so R is not packed (1 MiB read and written per call at LSTM H = 256)
+  ly.r_rows = ly.N == 1 && ly.H % kBlock == 0;
   ly.x = x.typed_data(); ly.w = w.typed_data(); ly.r = r.typed_data(); ly.b = b.typed_data();
   ly.p = p; ly.h0 = h0.typed_data(); ly.c0 = c0; ly.lens = lens.typed_data();
   ly.y = y->typed_data(); ly.yh = yh->typed_data(); ly.yc = yc; ly.res = at.residuals ? res->typed_data() : nullptr;
