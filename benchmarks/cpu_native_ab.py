@@ -1,6 +1,7 @@
 """Two (or more) builds of the native CPU extension side by side in one process: before/after
 figures for a kernel change, measured as benchmarks/cpu_native.py --cpu-time measures (one
-thread each, process CPU seconds, interleaved rounds, medians) with onnxruntime and PyTorch.
+thread each, process CPU seconds, medians) with onnxruntime and PyTorch, the order of the
+builds and peers rotated every round.
 
     python benchmarks/cpu_native_ab.py before=/tmp/old/_jaxgru_cpu.so after=jaxgru/_jaxgru_cpu*.so \
         [--only N=1] [--repeats 9] [--L 1]
@@ -9,6 +10,10 @@ Each build's FFI targets are registered under ``NAME_<target>``; jaxgru-cpu is l
 build with native.TARGETS / BACKWARD_TARGETS pointing at that build's names. ``--L`` overrides
 the cases' sequence length (``--L 1`` vs the default splits a call's fixed cost from its
 per-step cost). Prints one line per case (ms, and the ratio over the best peer).
+
+The first build listed ran ~15% slower at batch 1 than an identical copy listed after it (two
+copies of one .so, rotated order; the cause was not found): list a throwaway copy first and
+ignore its figures.
 """
 
 from __future__ import annotations
@@ -19,13 +24,15 @@ import importlib.machinery
 import importlib.util
 import os
 import pathlib
+import statistics
 import sys
+import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import jax
 import peers
-from cpu_native import FORWARD, TRAIN, cpu_time_medians
+from cpu_native import FORWARD, TRAIN
 from peers import JaxgruPeer, OnnxRuntimePeer, TorchPeer, Unsupported, make_data
 
 from jaxgru._src import native
@@ -41,6 +48,19 @@ def load_build(name: str, path: str) -> None:
     loader.exec_module(mod)
     for target, capsule in mod.registrations().items():
         jax.ffi.register_ffi_target(f"{name}_{target}", capsule, platform="cpu")
+
+
+def rotated_cpu_medians(fns: dict, repeats: int) -> dict:
+    """Process CPU seconds per call, medians; the order rotates every round, so no build always
+    runs right after the same peer (one that evicts the caches would bias the one after it)."""
+    names = list(fns)
+    times: dict = {k: [] for k in names}
+    for r in range(repeats):
+        for k in names[r % len(names):] + names[: r % len(names)]:
+            t = time.process_time()
+            fns[k]()
+            times[k].append(time.process_time() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def main(argv=None) -> int:
@@ -75,7 +95,7 @@ def main(argv=None) -> int:
                 fns[peer.name]()
             except Unsupported:
                 pass
-        med = {k: v * 1e3 for k, v in cpu_time_medians(fns, args.repeats).items()}
+        med = {k: v * 1e3 for k, v in rotated_cpu_medians(fns, args.repeats).items()}
         best = min(v for k, v in med.items() if k in ("onnxruntime", "torch"))
         print(case.name, " ".join(f"{k}={v:.3f}({v / best:.2f})" for k, v in med.items()), flush=True)
     return 0
