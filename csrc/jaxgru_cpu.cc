@@ -66,7 +66,7 @@ struct Call {
   std::vector<Phase> phases[2];
   std::unique_ptr<PhaseSync[]> sync[2];
   int ranges[2] = {1, 1};
-  std::vector<float, std::allocator<float>> scratch;
+  std::unique_ptr<float[]> scratch;  // not zeroed: every buffer is initialised or written before it is read
   std::atomic<bool> finished{false};
   std::atomic<int> active{0};
 };
@@ -296,8 +296,8 @@ void prepare(Call& c) {
   int64_t total = 0;
   Layer probe = ly;
   for (int d = 0; d < ly.D; ++d) total += layout_dir(probe, probe.dir[d], nullptr);
-  c.scratch.resize(total + 16);
-  float* base = c.scratch.data();
+  c.scratch.reset(new float[total + 16]);
+  float* base = c.scratch.get();
   base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t(63));
   for (int d = 0; d < ly.D; ++d) {
     base += layout_dir(ly, ly.dir[d], base);
@@ -385,6 +385,9 @@ ffi::Error run_layer(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32
   if (xd.size() != 3 || !configure(c, at, xd[0], xd[1], xd[2], r.dimensions()))
     return ffi::Error::InvalidArgument("jaxgru_cpu: operands of unexpected shapes");
   if (!at.residuals) ly.K = 0;
+  // batch 1: a step is a matrix-vector product that streams all of R once, as fast from R's own
+  // rows as from panels, so R is not packed (1 MiB read and written per call at LSTM H = 256)
+  ly.r_rows = ly.N == 1 && ly.H % kBlock == 0;
   ly.x = x.typed_data(); ly.w = w.typed_data(); ly.r = r.typed_data(); ly.b = b.typed_data();
   ly.p = p; ly.h0 = h0.typed_data(); ly.c0 = c0; ly.lens = lens.typed_data();
   ly.y = y->typed_data(); ly.yh = yh->typed_data(); ly.yc = yc; ly.res = at.residuals ? res->typed_data() : nullptr;

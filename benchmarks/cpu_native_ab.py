@@ -1,0 +1,105 @@
+"""Two (or more) builds of the native CPU extension side by side in one process: before/after
+figures for a kernel change, measured as benchmarks/cpu_native.py --cpu-time measures (one
+thread each, process CPU seconds, medians) with onnxruntime and PyTorch, the order of the
+builds and peers rotated every round.
+
+    python benchmarks/cpu_native_ab.py before=/tmp/old/_jaxgru_cpu.so after=jaxgru/_jaxgru_cpu*.so \
+        [--only N=1] [--repeats 9] [--L 1]
+
+Each build's FFI targets are registered under ``NAME_<target>``; jaxgru-cpu is lowered once per
+build with native.TARGETS / BACKWARD_TARGETS pointing at that build's names. ``--L`` overrides
+the cases' sequence length (``--L 1`` vs the default splits a call's fixed cost from its
+per-step cost). Prints one line per case (ms, and the ratio over the best peer).
+
+The first build listed ran ~15% slower at batch 1 than an identical copy listed after it (two
+copies of one .so, rotated order; the cause was not found): list a throwaway copy first and
+ignore its figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.machinery
+import importlib.util
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import jax
+import peers
+from cpu_native import FORWARD, TRAIN
+from peers import JaxgruPeer, OnnxRuntimePeer, TorchPeer, Unsupported, make_data
+
+from jaxgru._src import native
+
+
+def load_build(name: str, path: str) -> None:
+    """Load the extension at `path` and register its FFI targets as NAME_<target>."""
+    loader = importlib.machinery.ExtensionFileLoader("jaxgru._jaxgru_cpu", path)
+    spec = importlib.util.spec_from_file_location("jaxgru._jaxgru_cpu", path, loader=loader)
+    if spec is None:
+        raise SystemExit(f"cannot load {path}")
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    for target, capsule in mod.registrations().items():
+        jax.ffi.register_ffi_target(f"{name}_{target}", capsule, platform="cpu")
+
+
+def rotated_cpu_medians(fns: dict, repeats: int) -> dict:
+    """Process CPU seconds per call, medians; the order rotates every round, so no build always
+    runs right after the same peer (one that evicts the caches would bias the one after it)."""
+    names = list(fns)
+    times: dict = {k: [] for k in names}
+    for r in range(repeats):
+        for k in names[r % len(names):] + names[: r % len(names)]:
+            t = time.process_time()
+            fns[k]()
+            times[k].append(time.process_time() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("builds", nargs="+", help="NAME=path/to/_jaxgru_cpu*.so")
+    ap.add_argument("--only", default="", help="cases whose name contains this text")
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--L", type=int, default=0, help="override the sequence length")
+    args = ap.parse_args(argv)
+    os.environ[native.THREADS_ENV] = "1"
+    peers.THREADS = 1
+    builds = [b.split("=", 1) for b in args.builds]
+    for name, path in builds:
+        load_build(name, path)
+    if not native.available():
+        raise SystemExit("the native CPU extension of this checkout is not built")
+    targets, backward = dict(native.TARGETS), dict(native.BACKWARD_TARGETS)
+    for case in [c for c in FORWARD + TRAIN if args.only in c.name]:
+        if args.L:
+            case = dataclasses.replace(case, L=args.L)
+        data = make_data(case)
+        fns = {}
+        for name, _ in builds:
+            native.TARGETS = {k: f"{name}_{v}" for k, v in targets.items()}
+            native.BACKWARD_TARGETS = {k: f"{name}_{v}" for k, v in backward.items()}
+            fns[name] = JaxgruPeer("cpu").build(case, data)
+            fns[name]()
+        native.TARGETS, native.BACKWARD_TARGETS = targets, backward
+        for peer in (OnnxRuntimePeer(), TorchPeer("cpu")):
+            try:
+                fns[peer.name] = peer.build(case, data)
+                fns[peer.name]()
+            except Unsupported:
+                pass
+        med = {k: v * 1e3 for k, v in rotated_cpu_medians(fns, args.repeats).items()}
+        best = min(v for k, v in med.items() if k in ("onnxruntime", "torch"))
+        print(case.name, " ".join(f"{k}={v:.3f}({v / best:.2f})" for k, v in med.items()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
