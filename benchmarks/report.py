@@ -35,8 +35,9 @@ def tables(data: dict) -> str:
         f"Measured on {data['machine']['cores']} cores ({data['machine']['cpu']}), jax {data['machine']['jax']}, "
         f"{data['machine']['date']}: sgemm peak **{lim['sgemm_gflops']['peak']:.0f} GFLOP/s**, memory bandwidth "
         f"**{lim['bandwidth_gbs']:.1f} GB/s**. Times are medians (ms) of interleaved rounds; "
-        "ratios compare jaxgru-xla with the best of onnxruntime and PyTorch in the same run "
-        "(below 1 is faster); the roofline column is the roofline time over jaxgru-xla's time.",
+        "ratios compare jaxgru-xla and jaxgru-cpu (the native lowering) with the best of onnxruntime "
+        "and PyTorch in the same run (below 1 is faster); the roofline column is the roofline time "
+        "over jaxgru-xla's time, the last one over jaxgru-cpu's.",
         "",
     ]
     for mode in ("forward", "train"):
@@ -45,14 +46,17 @@ def tables(data: dict) -> str:
             continue
         used = [p for p in peers if any(p in r["median_s"] for r in rows)]
         out += [f"### {'Forward (inference)' if mode == 'forward' else 'Training step (forward + backward)'}", ""]
-        head = ["case", *used, "xla / best", "roofline", "compile s", "mem MB"]
+        head = ["case", *used, "xla / best", "cpu / best", "roofline", "cpu roofline", "compile s", "mem MB"]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in rows:
             med = r["median_s"]
             kind, shape = r["case"]["name"].split(" ", 1)
             cells = [f"{kind.replace(f'-{mode}', '')} {shape}"]
             cells += [_ms(med.get(p)) for p in used]
-            cells += [_x(r.get("ratio_vs_best")), _x(r.get("roofline_fraction"), pct=True),
+            cpu, roof = med.get("jaxgru-cpu"), r.get("roofline_s")
+            cells += [_x(r.get("ratio_vs_best")), _x(r.get("cpu_ratio_vs_best")),
+                      _x(r.get("roofline_fraction"), pct=True),
+                      _x(roof / cpu if (roof and cpu) else None, pct=True),
                       f"{r['compile_s'].get('jaxgru-xla', 0):.2f}",
                       "—" if r["memory_mb"].get("jaxgru-xla") is None else f"{r['memory_mb']['jaxgru-xla']:.1f}"]
             out.append("| " + " | ".join(cells) + " |")
