@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -98,3 +100,22 @@ def test_bench_runs_a_case_against_a_peer(tmp_path):
     assert set(row["median_s"]) == {"jaxgru-xla", "onnxruntime"}
     assert row["agreement"]["onnxruntime"] < 1e-4  # the same layer, checked before timing
     assert data["limits"]["sgemm_gflops"]["peak"] > 0 and row["roofline_s"] > 0
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not on PATH")
+def test_a_compiler_that_cannot_build_the_kernels_leaves_jaxgru_pure_python(tmp_path):
+    """CMakeLists.txt compiles the portable kernels first: where that fails (here forced by a
+    definition that breaks them, standing in for a compiler without C++17 or the vector
+    extensions) the configure still succeeds, without the extension, and says why."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    configure = lambda build, *extra: subprocess.run(
+        ["cmake", "-G", "Unix Makefiles", "-S", str(root), "-B", str(build), f"-DPython_EXECUTABLE={sys.executable}",
+         *extra],
+        capture_output=True, text=True, timeout=300, check=False)
+    broken = configure(tmp_path / "broken", "-DJAXGRU_KERNELS_CHECK_DEFINITIONS=-Dinline=broken")
+    assert broken.returncode == 0, broken.stderr
+    assert "cannot compile the native CPU kernels" in broken.stderr
+    assert "_jaxgru_cpu" not in (tmp_path / "broken" / "Makefile").read_text()
+    good = configure(tmp_path / "good")
+    assert good.returncode == 0 and "cannot compile" not in good.stderr, good.stderr
+    assert "_jaxgru_cpu" in (tmp_path / "good" / "Makefile").read_text()
