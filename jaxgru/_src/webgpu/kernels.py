@@ -350,9 +350,7 @@ class _Call:
         for i, m in enumerate(members):
             w = self._weights(m, preps)
             jobs += [self._job(i, m, w, n0, n1, sched) for n0, n1 in self.plan.chunks]
-        prep_groups = [(rt.pipeline(q.kernel, q.kernel, q.storage, q.constants),
-                         rt.bind_group("prep", {0: q.src, 1: q.dst}),
-                         plan.grid2d(-(-q.count // plan.PREP_WORKGROUP), self.max_dim)) for q in preps if q.count]
+        prep_groups = self._prep_groups(preps)
         t1 = time.perf_counter()
         encoder = rt.device.create_command_encoder()
         timed = runtime.timestamps_enabled() and rt.has_timestamps
@@ -361,25 +359,7 @@ class _Call:
             stamps["timestamp_writes"] = {
                 "query_set": rt.query_set(), "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1,
             }
-        cp = encoder.begin_compute_pass(**stamps)
-        for pipe, group, grid in prep_groups:  # the weights' device layouts first
-            cp.set_pipeline(pipe)
-            cp.set_bind_group(0, group)
-            cp.dispatch_workgroups(*grid)
-        cp.set_pipeline(xproj)
-        for job in jobs:
-            cp.set_bind_group(0, job.xproj)
-            cp.dispatch_workgroups(*job.xproj_grid)
-        # step-major over jobs: independent jobs' dispatches of one step may overlap on a GPU
-        for k in range(len(self.plan.segments)):
-            for pipe in recur:
-                cp.set_pipeline(pipe)
-                for job in jobs:
-                    cp.set_bind_group(0, job.recur, [k * self.align])
-                    cp.dispatch_workgroups(*job.recur_grid)
-        cp.end()
-        stats.dispatches += len(prep_groups) + len(jobs) * (1 + len(self.plan.segments) * len(recur))
-        stats.passes += 1
+        self._record_pass(encoder.begin_compute_pass(**stamps), prep_groups, xproj, recur, jobs)
         sources = [out for job in jobs for out in job.outputs]
         sinks = self._sinks(jobs, dests, ensemble)
         stamps_out: list[int] = []
@@ -401,6 +381,36 @@ class _Call:
         stats.host_record_s += t2 - t1
         stats.host_wait_s += t3 - t2
         stats.host_readback_s += t4 - t3
+
+    def _prep_groups(self, preps: list[_Prep]) -> list[tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple]]:
+        """The prep dispatches of ``preps`` (the empty ones left out): pipeline, bind group, grid."""
+        rt = self.rt
+        return [(rt.pipeline(q.kernel, q.kernel, q.storage, q.constants), rt.bind_group("prep", {0: q.src, 1: q.dst}),
+                 plan.grid2d(-(-q.count // plan.PREP_WORKGROUP), self.max_dim)) for q in preps if q.count]
+
+    def _record_pass(self, cp, prep_groups: list, first: wgpu.GPUComputePipeline, recur: list[wgpu.GPUComputePipeline],
+                jobs: list[_Job]) -> None:
+        """Record the call's one compute pass and count its dispatches: the weights' device layouts,
+        each job's projection (``first``: the input projection, or the tangent's), then the
+        recurrence's segments, step-major over the jobs (independent jobs' dispatches of one step
+        may overlap on a GPU)."""
+        for pipe, group, grid in prep_groups:
+            cp.set_pipeline(pipe)
+            cp.set_bind_group(0, group)
+            cp.dispatch_workgroups(*grid)
+        cp.set_pipeline(first)
+        for job in jobs:
+            cp.set_bind_group(0, job.xproj)
+            cp.dispatch_workgroups(*job.xproj_grid)
+        for k in range(len(self.plan.segments)):
+            for pipe in recur:
+                cp.set_pipeline(pipe)
+                for job in jobs:
+                    cp.set_bind_group(0, job.recur, [k * self.align])
+                    cp.dispatch_workgroups(*job.recur_grid)
+        cp.end()
+        self.stats.dispatches += len(prep_groups) + len(jobs) * (1 + len(self.plan.segments) * len(recur))
+        self.stats.passes += 1
 
     def _copy_out(self, encoder, sources: list[tuple[wgpu.GPUBuffer, int]]
                   ) -> list[tuple[wgpu.GPUBuffer, list[int]]]:

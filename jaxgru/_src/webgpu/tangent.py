@@ -275,29 +275,10 @@ class _Call(kernels._Call):
         for i, item in enumerate(items):
             w = self._tangent_weights(item[0], item[1], preps)
             jobs += [self._tangent_job(i, item, w, n0, n1, sched) for n0, n1 in self.plan.chunks]
-        prep_groups = [(rt.pipeline(q.kernel, q.kernel, self.storage, q.constants),
-                        rt.bind_group("prep", {0: q.src, 1: q.dst}),
-                        plan.grid2d(-(-q.count // plan.PREP_WORKGROUP), self.max_dim)) for q in preps if q.count]
+        prep_groups = self._prep_groups(preps)  # every prep in self.storage (the tangent keeps R as stored)
         t1 = time.perf_counter()
         encoder = rt.device.create_command_encoder()
-        cp = encoder.begin_compute_pass()
-        for pipe, group, grid in prep_groups:
-            cp.set_pipeline(pipe)
-            cp.set_bind_group(0, group)
-            cp.dispatch_workgroups(*grid)
-        cp.set_pipeline(proj)
-        for job in jobs:
-            cp.set_bind_group(0, job.xproj)
-            cp.dispatch_workgroups(*job.xproj_grid)
-        for k in range(len(self.plan.segments)):  # step-major over jobs, as the forward
-            for pipe in recur:
-                cp.set_pipeline(pipe)
-                for job in jobs:
-                    cp.set_bind_group(0, job.recur, [k * self.align])
-                    cp.dispatch_workgroups(*job.recur_grid)
-        cp.end()
-        stats.dispatches += len(prep_groups) + len(jobs) * (1 + len(self.plan.segments) * len(recur))
-        stats.passes += 1
+        self._record_pass(encoder.begin_compute_pass(), prep_groups, proj, recur, jobs)
         readbacks = self._copy_out(encoder, [o for job in jobs for o in job.outputs])
         t2 = time.perf_counter()
         rt.queue.submit([encoder.finish()])
