@@ -117,15 +117,14 @@ void worker(Call& c, int index, int threads) {
   (void)threads;
 }
 
-// The tangent's scratch, initial state and phases (defined with its FFI handler below).
-int64_t layout_dir_tangent(Layer& ly, Dir& dr, float* base);
+// The tangent's initial state and phases (defined with its FFI handler below).
 void init_dir_tangent(Layer& ly, int d);
 void plan_tangent(Call& c, int d);
 
 // Scratch of one direction: sets its pointers from `base` (nullptr: only counts) and returns
-// its size in floats. Every buffer starts on a 64-byte boundary.
+// its size in floats. Every buffer starts on a 64-byte boundary. The tangent has the forward's
+// R panels and states, and neither W's panels nor the projection (its W terms are hoisted out).
 int64_t layout_dir(Layer& ly, Dir& dr, float* base) {
-  if (ly.tangent) return layout_dir_tangent(ly, dr, base);
   int64_t used = 0;
   auto take = [&](int64_t n) -> float* {
     float* out = base ? base + used : nullptr;
@@ -144,12 +143,14 @@ int64_t layout_dir(Layer& ly, Dir& dr, float* base) {
     dr.dah = gru0 ? take(N * Hp) : nullptr;
     return used;
   }
-  dr.wpanel = take(nb * ly.I * G * kBlock);
+  if (!ly.tangent) dr.wpanel = take(nb * ly.I * G * kBlock);
   dr.rpanel = take(nb * ly.H * (gru0 ? 2 : G) * kBlock);
   dr.rhpanel = gru0 ? take(nb * ly.H * kBlock) : nullptr;
-  dr.bx = take(G * Hp);
-  dr.bh = take(Hp);
-  dr.proj = take(ly.chunk * N * nb * G * kBlock);
+  if (!ly.tangent) {
+    dr.bx = take(G * Hp);
+    dr.bh = take(Hp);
+    dr.proj = take(ly.chunk * N * nb * G * kBlock);
+  }
   dr.h[0] = take(N * Hp);
   dr.h[1] = take(N * Hp);
   dr.c = take(N * Hp);
@@ -418,26 +419,6 @@ ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::
 }
 
 // ---- the tangent (jax.jvp): its recurrence in tangent.inc ----
-int64_t layout_dir_tangent(Layer& ly, Dir& dr, float* base) {
-  int64_t used = 0;
-  auto take = [&](int64_t n) -> float* {
-    float* out = base ? base + used : nullptr;
-    used += (n + 15) / 16 * 16;
-    return out;
-  };
-  const int64_t Hp = ly.Hp, nb = ly.nb, N = ly.N;
-  const bool gru0 = ly.cell == 0 && !ly.lbr;
-  dr.peep = take(3 * Hp);
-  dr.rpanel = take(nb * ly.H * (gru0 ? 2 : ly.G) * kBlock);
-  dr.rhpanel = gru0 ? take(nb * ly.H * kBlock) : nullptr;
-  dr.h[0] = take(N * Hp);
-  dr.h[1] = take(N * Hp);
-  dr.c = take(N * Hp);
-  dr.z = gru0 ? take(N * Hp) : nullptr;
-  dr.rh = gru0 ? take(N * Hp) : nullptr;
-  return used;
-}
-
 // The initial states' tangents into the carried buffers (h0 / c0 hold them), the rest zero.
 void init_dir_tangent(Layer& ly, int d) {
   Dir& dr = ly.dir[d];
@@ -629,32 +610,18 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jaxgru_gru_forward, jaxgru_cpu::gru_impl,
     JAXGRU_ATTRS(xla::ffi::Ffi::Bind()
                      .Ctx<xla::ffi::ThreadPool>()
-                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
-                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
-                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
-                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
-                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
                      .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
-                     .Ret<xla::ffi::Buffer<xla::ffi::F32>>()
-                     .Ret<xla::ffi::Buffer<xla::ffi::F32>>()
-                     .Ret<xla::ffi::Buffer<xla::ffi::F32>>()));
+                     .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jaxgru_lstm_forward, jaxgru_cpu::lstm_impl,
     JAXGRU_ATTRS(xla::ffi::Ffi::Bind()
                      .Ctx<xla::ffi::ThreadPool>()
-                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
-                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
-                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
-                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
-                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
-                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
-                     .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                     .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
+                     .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
                      .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
-                     .Ret<xla::ffi::Buffer<xla::ffi::F32>>()
-                     .Ret<xla::ffi::Buffer<xla::ffi::F32>>()
-                     .Ret<xla::ffi::Buffer<xla::ffi::F32>>()
-                     .Ret<xla::ffi::Buffer<xla::ffi::F32>>()));
+                     .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>().Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()));
 
 // ---- the Python module: capsules of the handlers and what this build and CPU can run ----
 namespace {
