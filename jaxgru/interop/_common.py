@@ -76,6 +76,12 @@ def same_dtype(fname: str, arrays: dict[str, np.ndarray | None]) -> np.dtype:
     return next(iter(dtypes))
 
 
+def rounded_f16(a: np.ndarray) -> np.ndarray:
+    """``a`` rounded to float16, in its own dtype: the recurrent weights an exporter writes for
+    ``recurrent_dtype="float16"`` (what the layer computes with, ``api._round_recurrent``)."""
+    return a.astype(np.float16).astype(a.dtype)
+
+
 def is_zero(a: np.ndarray | None) -> bool:
     return a is None or not np.any(np.asarray(a))
 

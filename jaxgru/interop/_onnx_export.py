@@ -268,7 +268,7 @@ def to_onnx(
         raise ValueError(f"{_FNAME}: bfloat16 weights need opset {_BFLOAT16_OPSET} or more (GRU-22 / LSTM-22 "
                          f"added the type); got opset={opset}.")
     if rounds_recurrent(_FNAME, cfg.recurrent_dtype, dtype):  # as the layer computes: R in float16
-        weights = [{**ws, "r": ws["r"].astype(np.float16).astype(dtype)} for ws in weights]
+        weights = [{**ws, "r": C.rounded_f16(ws["r"])} for ws in weights]
     input_size, hidden = weights[0]["w"].shape[-1], weights[0]["r"].shape[-1]
     op = cell.upper()
     nodes: list[onnx.NodeProto] = []

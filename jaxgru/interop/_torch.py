@@ -188,11 +188,6 @@ def _check_options(fname: str, cell: str, options: dict) -> tuple[str, int, floa
     return direction, int(layout), _dropout.check_rate(fname, options.get("dropout", 0.0))
 
 
-def _f16(a: np.ndarray) -> np.ndarray:
-    """``a`` rounded to float16, in its own dtype (``recurrent_dtype="float16"``)."""
-    return a.astype(np.float16).astype(a.dtype)
-
-
 def _layers_kind(fname: str, layers) -> str:
     """"gru" or "lstm" for a non-empty list of one parameter kind."""
     if isinstance(layers, (GRUParams, LSTMParams)) or not isinstance(layers, (list, tuple)) or not layers:
@@ -316,7 +311,7 @@ def to_torch(
                                                          options.get("recurrent_dtype"))
     if rounds_recurrent(fname, recurrent, arrays[0][1].dtype):
         # the module computes what the layers do: R and proj as the layer rounds them
-        arrays = [(w, _f16(r), b, None if pj is None else _f16(pj)) for w, r, b, pj in arrays]
+        arrays = [(w, C.rounded_f16(r), b, None if pj is None else C.rounded_f16(pj)) for w, r, b, pj in arrays]
     has_bias = any(b is not None for _, _, b, _ in arrays)
     if module is None:
         dtype = _numpy_to_torch(np.zeros(0, arrays[0][0].dtype)).dtype
