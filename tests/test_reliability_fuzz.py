@@ -313,7 +313,19 @@ def test_fuzz_cpu_matches_xla_and_onnxruntime(cfg):
 @settings(max_examples=examples(6), **FUZZ)
 @given(cfg=configs(dtypes=("float32",), min_length=1))
 def test_fuzz_gradients_agree_across_backends(adapter, cfg):
-    """grad on wgsl (WGSL forward and residuals, XLA backward) equals grad on xla."""
+    """grad on wgsl (the WGSL forward, residuals and backward) equals grad on xla."""
+    _assert_gradients_match_xla(cfg, "wgsl")
+
+
+@pytest.mark.skipif(not native.available(), reason="the native CPU extension is not built")
+@settings(max_examples=examples(8), **FUZZ)
+@given(cfg=configs(dtypes=("float32",), min_length=1))
+def test_fuzz_cpu_gradients_match_xla(cfg):
+    """grad on cpu (native forward, residuals and reverse recurrence) equals grad on xla."""
+    _assert_gradients_match_xla(cfg, "cpu")
+
+
+def _assert_gradients_match_xla(cfg, backend: str) -> None:
     _bounded_caches(50)  # four programs an example
     case, _ = build_case(cfg)
     fn = jaxgru.gru if cfg.cell == "gru" else jaxgru.lstm
@@ -331,31 +343,7 @@ def test_fuzz_gradients_agree_across_backends(adapter, cfg):
         return jax.jit(jax.grad(f, argnums=(0, 1)))
 
     want = loss("xla")(case.params, case.x)
-    got = loss("wgsl")(case.params, case.x)
-    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
-        assert_agree(g, w, "float32", f"gradient, {cfg}")
-
-
-@pytest.mark.skipif(not native.available(), reason="the native CPU extension is not built")
-@settings(max_examples=examples(8), **FUZZ)
-@given(cfg=configs(dtypes=("float32",), min_length=1))
-def test_fuzz_cpu_gradients_match_xla(cfg):
-    """grad on cpu (native forward, residuals and reverse recurrence) equals grad on xla."""
-    _bounded_caches(50)
-    case, _ = build_case(cfg)
-    fn = jaxgru.gru if cfg.cell == "gru" else jaxgru.lstm
-    kw = case.kwargs(0)
-    rng = np.random.default_rng(cfg.seed)
-    cts = [rng.standard_normal(o.shape).astype(np.float32) for o in case.run(0, backend="xla")]
-
-    def loss(backend):
-        def f(params, x):
-            outs = fn(params, x, **kw, backend=backend)
-            return sum(jnp.sum(o * c) for o, c in zip(outs, cts, strict=True))
-        return jax.jit(jax.grad(f, argnums=(0, 1)))
-
-    want = loss("xla")(case.params, case.x)
-    got = loss("cpu")(case.params, case.x)
+    got = loss(backend)(case.params, case.x)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         assert_agree(g, w, "float32", f"gradient, {cfg}")
 
