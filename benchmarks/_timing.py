@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import platform
 import statistics
+import threading
 import time
 from collections.abc import Callable
 
@@ -25,15 +27,52 @@ def compile_seconds(fn: Callable, *args) -> float:
     return time.perf_counter() - t
 
 
+def _others_running() -> bool | None:
+    """Whether another thread of this process is running or runnable (None: cannot tell)."""
+    me = str(threading.get_native_id())
+    try:
+        for task in os.scandir("/proc/self/task"):
+            if task.name != me:
+                with open(f"{task.path}/stat") as f:
+                    if f.read().rpartition(")")[2].split()[0] == "R":
+                        return True
+    except OSError:
+        return None
+    return False
+
+
+def settle(max_s: float = 0.05) -> None:
+    """Wait (untimed) until no other thread of this process is running, at most ``max_s``.
+
+    Peers' thread pools keep spinning after a call returns: PyTorch's OpenMP threads for about
+    10 ms (measured here). Whatever runs next would share the cores with them, so each
+    candidate's timed call starts on idle cores. onnxruntime spins until its next run unless told
+    to stop (peers.py sets ``session.force_spinning_stop``). The threads' states are read from
+    /proc (the process's CPU clock only sees other threads' time at the scheduler's ticks);
+    where there is no /proc this sleeps 20 ms.
+    """
+    end = time.perf_counter() + max_s
+    idle = 0
+    while idle < 2 and time.perf_counter() < end:
+        running = _others_running()
+        if running is None:
+            time.sleep(0.02)
+            return
+        idle = 0 if running else idle + 1
+        time.sleep(0.0005)
+
+
 def interleaved_medians(candidates: dict[str, Callable[[], object]], repeats: int, inner: int = 1) -> dict:
     """Run every candidate once per round, ``repeats`` rounds; median seconds per call.
 
     Interleaving spreads the machine's noise (other tenants, frequency changes) evenly over the
-    candidates, so ratios between them are fair even when absolute times drift.
+    candidates, so ratios between them are fair even when absolute times drift. Each timed call
+    starts after the previous candidate's threads have gone idle (``settle``).
     """
     times = {name: [] for name in candidates}
     for _ in range(repeats):
         for name, fn in candidates.items():
+            settle()
             t = time.perf_counter()
             for _ in range(inner):
                 block(fn())
@@ -42,8 +81,6 @@ def interleaved_medians(candidates: dict[str, Callable[[], object]], repeats: in
 
 
 def machine() -> dict:
-    import os
-
     return {
         "python": platform.python_version(),
         "jax": jax.__version__,

@@ -134,6 +134,9 @@ class OnnxRuntimePeer(Peer):
         model.ir_version = 10
         options = ort.SessionOptions()
         options.intra_op_num_threads = THREADS
+        # its pool spins during a run and, by default, after it too (one core busy for 50 ms and
+        # more, measured here), which would slow whatever is timed next
+        options.add_session_config_entry("session.force_spinning_stop", "1")
         sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         feed = {"X": data["x_np"]}
         if case.ragged:
