@@ -7,11 +7,15 @@
 // stay in its cache), then steals from the others, then waits for the phase to finish. Nobody
 // waits for a particular thread, so a task that starts late (a busy pool, another process on the
 // core) only means the others do its share; the two directions of a bidirectional layer start
-// on different threads. All state of a call is on the heap and owned by that call.
+// on different threads. A thread that loses its core while holding a unit stalls the phase: the
+// waiters then sleep (wait.h) and mark the phase late, and a thread that finishes a unit of a
+// late phase leaves the call to the others, so a busy core costs a call one stall, not one per
+// step. All state of a call is on the heap and owned by that call.
 #include <Python.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -26,6 +30,7 @@
 #endif
 
 #include "layer.h"
+#include "wait.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -34,6 +39,12 @@ namespace jaxgru_cpu {
 namespace {
 
 constexpr int kMaxRanges = 16;  // owners per direction (threads beyond that only steal)
+// A wait longer than this means the unit's thread has lost its core: units take 1-20 us, a
+// scheduler's time slice is milliseconds.
+constexpr auto kLate = std::chrono::microseconds(100);
+// Times a thread left a call after holding up a late phase, since the module was loaded: a
+// diagnostic for tests and benchmarks (late_exits() below), never read by the kernels.
+std::atomic<uint64_t> late_exits{0};
 
 // The best kernels this CPU runs, at most `want` (0 best, 1 avx512, 2 avx2, 3 generic).
 const Kernels& select_kernels(int want) {
@@ -50,6 +61,7 @@ const Kernels& select_kernels(int want) {
 struct alignas(64) PhaseSync {
   std::atomic<int64_t> next[kMaxRanges];
   alignas(64) std::atomic<int64_t> done;
+  std::atomic<bool> late;  // a waiter waited longer than kLate
 };
 
 struct Phase {
@@ -69,7 +81,33 @@ struct Call {
   std::unique_ptr<float[]> scratch;  // not zeroed: every buffer is initialised or written before it is read
   std::atomic<bool> finished{false};
   std::atomic<int> active{0};
+  // bumped when a phase completes or a task ends; sleepers wait for it to change (wait.h)
+  alignas(64) std::atomic<int32_t> epoch{0};
+  std::atomic<int32_t> sleepers{0};
 };
+
+void bump(Call& c) {
+  c.epoch.fetch_add(1);
+  if (c.sleepers.load() > 0) wake_all(c.epoch);
+}
+
+// Wait until `ready()`: spin for kLate, then mark the phase late (`late`, may be null) and sleep
+// in slices of 1 ms (the bump of `epoch` wakes it; the timeout only bounds a lost wake).
+template <typename Ready>
+void wait_for(Call& c, Ready ready, std::atomic<bool>* late) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int spin = 0; !ready(); ++spin) {
+    if (spin < 64 || (spin & 63) || std::chrono::steady_clock::now() - start < kLate) {
+      JAXGRU_PAUSE();
+      continue;
+    }
+    if (late) late->store(true, std::memory_order_relaxed);
+    c.sleepers.fetch_add(1);
+    const int32_t seen = c.epoch.load();
+    if (!ready()) sleep_while_equal(c.epoch, seen, 1000);
+    c.sleepers.fetch_sub(1);
+  }
+}
 
 // Units of range q (of `ranges`) of a phase: the blocks [q*nb/ranges, (q+1)*nb/ranges).
 inline void range_of(const Call& c, const Phase& ph, int ranges, int q, int64_t* lo, int64_t* hi) {
@@ -78,14 +116,9 @@ inline void range_of(const Call& c, const Phase& ph, int ranges, int q, int64_t*
   *hi = ((q + 1) * nb / ranges) * ph.nrt;
 }
 
-inline void wait_done(const std::atomic<int64_t>& done, int64_t units) {
-  for (int spin = 0; done.load(std::memory_order_acquire) < units; ++spin) {
-    if (spin < 4000) JAXGRU_PAUSE(); else std::this_thread::yield();
-  }
-}
-
-// Work through every phase of direction d; `own` is this worker's range (-1: none).
-void work_direction(Call& c, int d, int own) {
+// Work through every phase of direction d from the current one; `own` is this worker's range
+// (-1: none). False: this worker finished a unit of a late phase and leaves the call.
+bool work_direction(Call& c, int d, int own) {
   const int ranges = c.ranges[d];
   for (size_t p = 0; p < c.phases[d].size(); ++p) {
     const Phase& ph = c.phases[d][p];
@@ -100,21 +133,26 @@ void work_direction(Call& c, int d, int own) {
         int64_t u = lo + s.next[q].fetch_add(1, std::memory_order_relaxed);
         if (u >= hi) break;
         c.k->run(c.ly, d, ph.kind, ph.arg, u, ph.rows);
-        s.done.fetch_add(1, std::memory_order_release);
+        if (s.done.fetch_add(1, std::memory_order_acq_rel) + 1 == ph.units) bump(c);
+        if (s.late.load(std::memory_order_relaxed)) {  // it held the others up
+          late_exits.fetch_add(1, std::memory_order_relaxed);
+          return false;
+        }
       }
     }
-    wait_done(s.done, ph.units);
+    wait_for(c, [&] { return s.done.load(std::memory_order_acquire) >= ph.units; }, &s.late);
   }
+  return true;
 }
 
-void worker(Call& c, int index, int threads) {
+void worker(Call& c, int index) {
   const int D = static_cast<int>(c.ly.D);
   const int d0 = index % D;  // directions alternate over the workers
   const int local = index / D;
   const int own = local < c.ranges[d0] ? local : -1;
-  work_direction(c, d0, own);
-  for (int i = 1; i < D; ++i) work_direction(c, (d0 + i) % D, -1);  // help the other one
-  (void)threads;
+  if (!work_direction(c, d0, own)) return;
+  for (int i = 1; i < D; ++i)  // help the other one
+    if (!work_direction(c, (d0 + i) % D, -1)) return;
 }
 
 // The tangent's initial state and phases (defined with its FFI handler below).
@@ -250,6 +288,7 @@ void finish_plan(Call& c, int d) {
   for (size_t i = 0; i < ph.size(); ++i) {
     for (auto& a : c.sync[d][i].next) a.store(0, std::memory_order_relaxed);
     c.sync[d][i].done.store(0, std::memory_order_relaxed);
+    c.sync[d][i].late.store(false, std::memory_order_relaxed);
   }
 }
 
@@ -320,14 +359,14 @@ void execute(const std::shared_ptr<Call>& call, ffi::ThreadPool& pool, int64_t c
   Call& c = *call;
   const Layer& ly = c.ly;
   // threads: XLA's intra-op pool size (or the caller's cap), fewer where a step is too small
-  // to share: a step ends when its last unit is done, and a thread that loses its core while
-  // holding a unit stalls the step for all (measured on a loaded 2-core machine: 2 threads at
-  // batch 1 ran 1.4-5x slower than 1). Keep >= ~1 MFLOP (~10 us) per thread and step.
+  // to share: every step ends with its threads meeting (~0.1-0.3 us), so keep >= 16 kFLOP
+  // (~0.2 us) per thread and step. At batch 1 a second thread also halves the part of R each
+  // core streams (LSTM H = 256: 1 MiB, more than one core's L2). A thread that loses its core
+  // costs one stall (the header comment), so this holds on a busy machine too.
   // JAXGRU_CPU_THREADS (`cap`) asks for that many, at most one per block of 16 units.
   const int64_t avail = std::max<int64_t>(1, pool.num_threads());
   const int64_t step_flops = 2 * ly.N * ly.G * ly.H * ly.H * ly.D;
-  int64_t threads = cap > 0 ? cap : std::min<int64_t>(avail, std::max<int64_t>(1, step_flops / 1000000));
-  if (cap <= 0 && ly.D == 2 && threads == 1 && avail >= 2 && step_flops >= 50000) threads = 2;  // a direction each
+  int64_t threads = cap > 0 ? cap : std::min<int64_t>(avail, std::max<int64_t>(1, step_flops / 16384));
   threads = std::min<int64_t>({threads, ly.nb * ly.D, 2 * kMaxRanges});
   for (int d = 0; d < ly.D; ++d) {
     int64_t mine = (threads + (ly.D - 1 - d)) / ly.D;  // workers d, d+D, ...
@@ -335,16 +374,23 @@ void execute(const std::shared_ptr<Call>& call, ffi::ThreadPool& pool, int64_t c
   }
   const int T = static_cast<int>(threads);
   for (int i = 1; i < T; ++i) {
-    pool.Schedule([call, i, T]() {
+    pool.Schedule([call, i]() {
       Call& cc = *call;
       cc.active.fetch_add(1);
-      if (!cc.finished.load()) worker(cc, i, T);
+      if (!cc.finished.load()) worker(cc, i);
       cc.active.fetch_sub(1);
+      bump(cc);
     });
   }
-  worker(c, 0, T);
+  worker(c, 0);
   c.finished.store(true);  // a task that starts from now on does nothing
-  while (c.active.load() != 0) std::this_thread::yield();
+  // the caller's worker may have left the call early (a late phase): wait for the others
+  for (int d = 0; d < ly.D; ++d) {
+    const PhaseSync& last = c.sync[d][c.phases[d].size() - 1];
+    const int64_t units = c.phases[d].back().units;
+    wait_for(c, [&] { return last.done.load(std::memory_order_acquire) >= units; }, nullptr);
+  }
+  wait_for(c, [&] { return c.active.load() == 0; }, nullptr);
 }
 
 // Runs a configured call and writes its carried state out; shared by the forward (h and c)
@@ -655,9 +701,14 @@ PyObject* isa(PyObject*, PyObject* arg) {
   return PyUnicode_FromString(jaxgru_cpu::select_kernels(static_cast<int>(want)).name);
 }
 
+PyObject* late_exits(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(jaxgru_cpu::late_exits.load(std::memory_order_relaxed));
+}
+
 PyMethodDef methods[] = {
     {"registrations", registrations, METH_NOARGS, "FFI target name -> PyCapsule of its handler."},
     {"isa", isa, METH_O, "The kernels used for a requested ISA (0 best, 1 avx512, 2 avx2, 3 generic)."},
+    {"late_exits", late_exits, METH_NOARGS, "Threads that left a call after holding up a phase, so far."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jaxgru_cpu", "jaxgru's native CPU lowering (XLA FFI).", -1,

@@ -4,8 +4,11 @@ autodiff, vmap, jit, concurrent calls, the backend choice and the fallbacks."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
+import subprocess
+import sys
 import threading
 
 import chex
@@ -285,6 +288,30 @@ def test_concurrent_calls_from_eight_threads():
     assert not errors, errors
     for g, w in zip(got, want):
         chex.assert_trees_all_close(g, w, atol=2e-5)
+
+
+def test_threads_that_lose_their_core_leave_the_call(monkeypatch):
+    """With more spinning processes than cores, a thread of a call loses its core while it holds
+    a unit: the others mark that phase late, the thread leaves the call when it is done with the
+    unit (late_exits counts it) and the call still computes the layer."""
+    monkeypatch.setenv(native.THREADS_ENV, "2")
+    params = jaxgru.init_lstm(jax.random.key(0), 16, 64)
+    x = jax.random.normal(jax.random.key(1), (400, 4, 16))
+    want = jaxgru.lstm(params, x, backend="xla")
+    f = jax.jit(lambda p, x: jaxgru.lstm(p, x, backend="cpu"))
+    jax.block_until_ready(f(params, x))
+    module, _ = native._module()
+    before = module.late_exits()
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        for _ in range(30):
+            chex.assert_trees_all_close(f(params, x), want, atol=2e-5)
+            if module.late_exits() > before:
+                break
+    finally:
+        for h in hogs:
+            h.kill()
+    assert module.late_exits() > before
 
 
 def test_auto_picks_cpu_where_built(monkeypatch):

@@ -1,0 +1,84 @@
+"""The native CPU lowering's thread choice at small steps, wall time: its default against one
+thread (``JAXGRU_CPU_THREADS=1``), onnxruntime and PyTorch, on a quiet machine and with other
+processes spinning on the cores (``--busy K`` starts K of them for the run).
+
+    python benchmarks/cpu_threads.py [--repeats 31] [--busy 0] [--only N=1]
+
+A step of these cases is 25-600 kFLOP: a few microseconds, so the threads of a call meet
+thousands of times per call, and a thread that loses its core while holding a unit stalls the
+others (csrc/jaxgru_cpu.cc). The busy run measures what that costs: with the stall bounded,
+the default should stay near one thread's time when the cores are taken. Writes
+benchmarks/results/cpu_threads.json (cpu_threads_busy.json with --busy) and prints one line
+per case: medians in ms, the default over one thread, and over the best peer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import subprocess
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from _timing import interleaved_medians, save
+from cases import Case
+from peers import JaxgruPeer, OnnxRuntimePeer, TorchPeer, make_data
+
+from jaxgru._src import native
+
+CASES = [Case("gru", "forward", 100, 1, 256, 256), Case("lstm", "forward", 100, 1, 256, 256),
+         Case("gru", "forward", 1000, 1, 64, 64), Case("lstm", "forward", 1000, 1, 64, 64),
+         Case("gru", "forward", 100, 16, 128, 128), Case("lstm", "forward", 100, 16, 128, 128),
+         Case("lstm", "forward", 100, 16, 128, 128, ragged=True), Case("lstm", "forward", 1000, 16, 64, 64),
+         Case("lstm", "train", 100, 16, 128, 128)]
+
+
+def _jaxgru(case: Case, data: dict, threads: str | None):
+    """jaxgru-cpu lowered with ``threads`` (None: the default choice); the env var is read at lowering."""
+    if threads is None:
+        os.environ.pop(native.THREADS_ENV, None)
+    else:
+        os.environ[native.THREADS_ENV] = threads
+    try:
+        fn = JaxgruPeer("cpu").build(case, data)
+    finally:
+        os.environ.pop(native.THREADS_ENV, None)
+    fn()
+    return fn
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=31)
+    ap.add_argument("--busy", type=int, default=0, help="processes spinning on the cores during the run")
+    ap.add_argument("--only", default="", help="cases whose name contains this text")
+    args = ap.parse_args(argv)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    rows = []
+    try:
+        for case in [c for c in CASES if args.only in c.name]:
+            data = make_data(case)
+            fns = {"default": _jaxgru(case, data, None), "one thread": _jaxgru(case, data, "1")}
+            for peer in ((OnnxRuntimePeer(),) if case.mode == "forward" else ()) + (TorchPeer("cpu"),):
+                fn = peer.build(case, data)
+                fn()
+                fns[peer.name] = fn
+            med = {k: v * 1e3 for k, v in interleaved_medians(fns, args.repeats).items()}
+            best = min(v for k, v in med.items() if k in ("onnxruntime", "torch"))
+            row = {"case": case.name, "median_ms": med, "default_vs_one": med["default"] / med["one thread"],
+                   "default_vs_best": med["default"] / best, "one_vs_best": med["one thread"] / best}
+            rows.append(row)
+            cells = " ".join(f"{k}={v:.3f}" for k, v in med.items())
+            print(f"{case.name}: {cells} | default/one {row['default_vs_one']:.2f} "
+                  f"default/best {row['default_vs_best']:.2f}", flush=True)
+    finally:
+        for h in hogs:
+            h.kill()
+    save("cpu_threads_busy" if args.busy else "cpu_threads", {"busy": args.busy, "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
