@@ -30,6 +30,7 @@
 #endif
 
 #include "layer.h"
+#include "memory.h"
 #include "wait.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -438,6 +439,8 @@ ffi::Error run_layer(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32
   ly.x = x.typed_data(); ly.w = w.typed_data(); ly.r = r.typed_data(); ly.b = b.typed_data();
   ly.p = p; ly.h0 = h0.typed_data(); ly.c0 = c0; ly.lens = lens.typed_data();
   ly.y = y->typed_data(); ly.yh = yh->typed_data(); ly.yc = yc; ly.res = at.residuals ? res->typed_data() : nullptr;
+  advise_huge_pages(ly.y, y->size_bytes());
+  if (ly.res) advise_huge_pages(ly.res, res->size_bytes());
   // final states: the state after each row's last valid step (held through the padding)
   return run_and_finish(call, pool, at.threads, ly.h0, ly.c0, ly.yh, ly.yc, /*cotangents=*/false);
 }
@@ -460,6 +463,8 @@ ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::
   ly.gy = gy.typed_data(); ly.res = const_cast<float*>(res.typed_data()); ly.hp = hp.typed_data();
   ly.cp = cp; ly.dhT = dhT.typed_data(); ly.dcT = dcT;
   ly.dgx = dgx->typed_data(); ly.dgh = dgh; ly.dh0 = dh0->typed_data(); ly.dc0 = dc0;
+  advise_huge_pages(ly.dgx, dgx->size_bytes());
+  if (dgh) advise_huge_pages(dgh, dgx->size_bytes());  // the same shape as dgx (GRU lbr=1)
   // the initial states' cotangents: the carry after the last processed step
   return run_and_finish(call, pool, at.threads, ly.dhT, ly.dcT, ly.dh0, ly.dc0, /*cotangents=*/true);
 }
@@ -513,6 +518,7 @@ ffi::Error run_tangent(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F
   ly.ex = ex.typed_data(); ly.exh = exh; ly.res = const_cast<float*>(res.typed_data());
   ly.hp = hp; ly.cp = cp; ly.h0 = dh0.typed_data(); ly.c0 = dc0;
   ly.dy = dy->typed_data(); ly.yh = dyh->typed_data(); ly.yc = dyc;
+  advise_huge_pages(ly.dy, dy->size_bytes());
   return run_and_finish(call, pool, at.threads, ly.h0, ly.c0, ly.yh, ly.yc, /*cotangents=*/false);
 }
 
