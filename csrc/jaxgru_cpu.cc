@@ -40,9 +40,15 @@ namespace jaxgru_cpu {
 namespace {
 
 constexpr int kMaxRanges = 16;  // owners per direction (threads beyond that only steal)
-// A wait longer than this means the unit's thread has lost its core: units take 1-20 us, a
-// scheduler's time slice is milliseconds.
-constexpr auto kLate = std::chrono::microseconds(100);
+// A waiter spins for kSpinUs, then sleeps (wait.h). After kLateUs (or a phase's late_us, for
+// long units) it looks at the CPU clocks of the threads running a unit: one that ran for less
+// than half of a sleep has lost its core, and the phase is marked late. Most units take 1-20 us,
+// a scheduler's time slice on a busy core is milliseconds, and a running thread can take longer
+// than both without having lost anything (a fault on a fresh 2 MiB page of a result compacts
+// memory first: 1 ms and more, seen at H = 1024).
+constexpr int64_t kSpinUs = 100;
+constexpr int64_t kLateUs = 1000;
+constexpr int kMaxWorkers = 2 * kMaxRanges;
 // Times a thread left a call after holding up a late phase, since the module was loaded: a
 // diagnostic for tests and benchmarks (late_exits() below), never read by the kernels.
 std::atomic<uint64_t> late_exits{0};
@@ -62,7 +68,7 @@ const Kernels& select_kernels(int want) {
 struct alignas(64) PhaseSync {
   std::atomic<int64_t> next[kMaxRanges];
   alignas(64) std::atomic<int64_t> done;
-  std::atomic<bool> late;  // a waiter waited longer than kLate
+  std::atomic<bool> late;  // a waiter waited longer than the phase's late_us
 };
 
 struct Phase {
@@ -71,7 +77,21 @@ struct Phase {
   int64_t nrt;    // row tiles per block
   int rows;       // rows per tile
   int64_t units;  // nb * nrt
+  int64_t late_us;  // a wait this long marks the phase late
 };
+
+// Phase (kind, arg) over `rows_total` rows in tiles of `rows`. A unit's time is bounded from
+// above (packing at 1 GB/s, which includes faulting its fresh pages; matmuls at 20 GFLOP/s, a
+// fifth of a core) and a wait of four such units, or kLateUs if longer, marks the phase late.
+Phase make_phase(const Layer& ly, int kind, int64_t arg, int64_t rows_total, int rows) {
+  const int64_t nrt = std::max<int64_t>(1, (rows_total + rows - 1) / rows);
+  const int64_t cols = ly.G * kBlock;
+  const bool pack = kind == kPack || kind == kBwdPack || kind == kTanPack;
+  const int64_t bytes = pack ? 4 * cols * (ly.H + (kind == kPack ? ly.I : 0)) : 0;
+  const int64_t flops = pack ? 0 : 2 * rows * cols * (kind == kProject ? ly.I : ly.H);
+  const int64_t unit_us = bytes / 1000 + flops / 20000;
+  return Phase{kind, arg, nrt, rows, ly.nb * nrt, std::max<int64_t>(kLateUs, 4 * unit_us)};
+}
 
 struct Call {
   Layer ly;
@@ -85,24 +105,64 @@ struct Call {
   // bumped when a phase completes or a task ends; sleepers wait for it to change (wait.h)
   alignas(64) std::atomic<int32_t> epoch{0};
   std::atomic<int32_t> sleepers{0};
+  struct alignas(64) Slot {  // per worker: its CPU clock, and whether it is running a unit
+    CpuClock clock;
+    std::atomic<bool> in_unit{false};
+  };
+  Slot slots[kMaxWorkers];
 };
+
+// Whether a worker other than `me` that is running a unit got less than half of a core during
+// [the samples in `before` (taken at `since`), now]; refreshes the samples. Without CPU clocks
+// (not Linux) a long wait counts as a lost core.
+bool holder_lost_core(Call& c, int me, int64_t* before, std::chrono::steady_clock::time_point* since) {
+  const auto now = std::chrono::steady_clock::now();
+  const int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(now - *since).count();
+  bool lost = false;
+  for (int i = 0; i < kMaxWorkers; ++i) {
+    if (i == me) continue;
+    if (!c.slots[i].in_unit.load(std::memory_order_acquire)) {  // (its clock is set before)
+      before[i] = -1;
+      continue;
+    }
+    const int64_t t = cpu_ns(c.slots[i].clock);
+    if (t < 0 || (before[i] >= 0 && 2 * (t - before[i]) < wall)) lost = true;
+    before[i] = t;
+  }
+  *since = now;
+  return lost;
+}
 
 void bump(Call& c) {
   c.epoch.fetch_add(1);
   if (c.sleepers.load() > 0) wake_all(c.epoch);
 }
 
-// Wait until `ready()`: spin for kLate, then mark the phase late (`late`, may be null) and sleep
-// in slices of 1 ms (the bump of `epoch` wakes it; the timeout only bounds a lost wake).
+// Wait until `ready()`: spin for kSpinUs, then sleep in slices of 1 ms (the bump of `epoch`
+// wakes it; the timeout only bounds a lost wake); after `late_us`, mark the phase late (`late`,
+// may be null) once a thread running a unit has lost its core. `me`: this worker's index.
 template <typename Ready>
-void wait_for(Call& c, Ready ready, std::atomic<bool>* late) {
+void wait_for(Call& c, Ready ready, std::atomic<bool>* late, int64_t late_us, int me) {
   const auto start = std::chrono::steady_clock::now();
+  int64_t before[kMaxWorkers];
+  std::fill(before, before + kMaxWorkers, int64_t{-1});
+  auto since = start;
+  bool sampled = false;
   for (int spin = 0; !ready(); ++spin) {
-    if (spin < 64 || (spin & 63) || std::chrono::steady_clock::now() - start < kLate) {
+    if (spin < 64 || (spin & 63)) {
       JAXGRU_PAUSE();
       continue;
     }
-    if (late) late->store(true, std::memory_order_relaxed);
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited < std::chrono::microseconds(kSpinUs)) {
+      JAXGRU_PAUSE();
+      continue;
+    }
+    if (late) {  // each look compares the clocks with the look before (the first only samples)
+      const bool lost = holder_lost_core(c, me, before, &since) && sampled;
+      if (lost && waited >= std::chrono::microseconds(late_us)) late->store(true, std::memory_order_relaxed);
+      sampled = true;
+    }
     c.sleepers.fetch_add(1);
     const int32_t seen = c.epoch.load();
     if (!ready()) sleep_while_equal(c.epoch, seen, 1000);
@@ -119,7 +179,7 @@ inline void range_of(const Call& c, const Phase& ph, int ranges, int q, int64_t*
 
 // Work through every phase of direction d from the current one; `own` is this worker's range
 // (-1: none). False: this worker finished a unit of a late phase and leaves the call.
-bool work_direction(Call& c, int d, int own) {
+bool work_direction(Call& c, int d, int own, int me) {
   const int ranges = c.ranges[d];
   for (size_t p = 0; p < c.phases[d].size(); ++p) {
     const Phase& ph = c.phases[d][p];
@@ -133,7 +193,9 @@ bool work_direction(Call& c, int d, int own) {
       for (;;) {
         int64_t u = lo + s.next[q].fetch_add(1, std::memory_order_relaxed);
         if (u >= hi) break;
+        c.slots[me].in_unit.store(true, std::memory_order_release);
         c.k->run(c.ly, d, ph.kind, ph.arg, u, ph.rows);
+        c.slots[me].in_unit.store(false, std::memory_order_relaxed);
         if (s.done.fetch_add(1, std::memory_order_acq_rel) + 1 == ph.units) bump(c);
         if (s.late.load(std::memory_order_relaxed)) {  // it held the others up
           late_exits.fetch_add(1, std::memory_order_relaxed);
@@ -141,7 +203,7 @@ bool work_direction(Call& c, int d, int own) {
         }
       }
     }
-    wait_for(c, [&] { return s.done.load(std::memory_order_acquire) >= ph.units; }, &s.late);
+    wait_for(c, [&] { return s.done.load(std::memory_order_acquire) >= ph.units; }, &s.late, ph.late_us, me);
   }
   return true;
 }
@@ -151,9 +213,10 @@ void worker(Call& c, int index) {
   const int d0 = index % D;  // directions alternate over the workers
   const int local = index / D;
   const int own = local < c.ranges[d0] ? local : -1;
-  if (!work_direction(c, d0, own)) return;
+  c.slots[index].clock = this_thread_clock();
+  if (!work_direction(c, d0, own, index)) return;
   for (int i = 1; i < D; ++i)  // help the other one
-    if (!work_direction(c, (d0 + i) % D, -1)) return;
+    if (!work_direction(c, (d0 + i) % D, -1, index)) return;
 }
 
 // The tangent's initial state and phases (defined with its FFI handler below).
@@ -250,8 +313,7 @@ void plan_phases(Call& c, int d) {
   const int cell = ly.cell;
   const int rs = c.k->rows_step[cell][0], rb = c.k->rows_step[cell][1];
   auto add = [&](int kind, int64_t arg, int64_t rows_total, int rows) {
-    int64_t nrt = std::max<int64_t>(1, (rows_total + rows - 1) / rows);
-    ph.push_back(Phase{kind, arg, nrt, rows, ly.nb * nrt});
+    ph.push_back(make_phase(ly, kind, arg, rows_total, rows));
   };
   add(kPack, 0, 1, 1);
   const int64_t chunks = (ly.L + ly.chunk - 1) / ly.chunk;
@@ -271,8 +333,7 @@ void plan_backward(Call& c, int d) {
   std::vector<Phase>& ph = c.phases[d];
   const int rows = c.k->rows_bwd;
   auto add = [&](int kind, int64_t arg, int64_t rows_total, int r) {
-    int64_t nrt = std::max<int64_t>(1, (rows_total + r - 1) / r);
-    ph.push_back(Phase{kind, arg, nrt, r, ly.nb * nrt});
+    ph.push_back(make_phase(ly, kind, arg, rows_total, r));
   };
   add(kBwdPack, 0, 1, 1);
   for (int64_t t = ly.L - 1; t >= 0; --t) {
@@ -368,7 +429,7 @@ void execute(const std::shared_ptr<Call>& call, ffi::ThreadPool& pool, int64_t c
   const int64_t avail = std::max<int64_t>(1, pool.num_threads());
   const int64_t step_flops = 2 * ly.N * ly.G * ly.H * ly.H * ly.D;
   int64_t threads = cap > 0 ? cap : std::min<int64_t>(avail, std::max<int64_t>(1, step_flops / 16384));
-  threads = std::min<int64_t>({threads, ly.nb * ly.D, 2 * kMaxRanges});
+  threads = std::min<int64_t>({threads, ly.nb * ly.D, int64_t{kMaxWorkers}});
   for (int d = 0; d < ly.D; ++d) {
     int64_t mine = (threads + (ly.D - 1 - d)) / ly.D;  // workers d, d+D, ...
     c.ranges[d] = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({mine, kMaxRanges, ly.nb})));
@@ -389,9 +450,9 @@ void execute(const std::shared_ptr<Call>& call, ffi::ThreadPool& pool, int64_t c
   for (int d = 0; d < ly.D; ++d) {
     const PhaseSync& last = c.sync[d][c.phases[d].size() - 1];
     const int64_t units = c.phases[d].back().units;
-    wait_for(c, [&] { return last.done.load(std::memory_order_acquire) >= units; }, nullptr);
+    wait_for(c, [&] { return last.done.load(std::memory_order_acquire) >= units; }, nullptr, kLateUs, 0);
   }
-  wait_for(c, [&] { return c.active.load() == 0; }, nullptr);
+  wait_for(c, [&] { return c.active.load() == 0; }, nullptr, kLateUs, 0);
 }
 
 // Runs a configured call and writes its carried state out; shared by the forward (h and c)
@@ -488,8 +549,7 @@ void plan_tangent(Call& c, int d) {
   std::vector<Phase>& ph = c.phases[d];
   const int rs = c.k->rows_step[ly.cell][0], rb = c.k->rows_step[ly.cell][1];
   auto add = [&](int kind, int64_t arg, int64_t rows_total, int rows) {
-    int64_t nrt = std::max<int64_t>(1, (rows_total + rows - 1) / rows);
-    ph.push_back(Phase{kind, arg, nrt, rows, ly.nb * nrt});
+    ph.push_back(make_phase(ly, kind, arg, rows_total, rows));
   };
   add(kTanPack, 0, 1, 1);
   for (int64_t t = 0; t < ly.L; ++t) {

@@ -11,6 +11,7 @@
 
 #if defined(__linux__)
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,6 +40,35 @@ inline void wake_all(std::atomic<int32_t>& word) {
 #else
   (void)word;
 #endif
+}
+
+// A thread's CPU clock, readable from other threads: whether a thread that holds up the others
+// is running (a long unit, a page fault) or has lost its core. Linux: the kernel's per-thread
+// clock, exact for a running thread. Elsewhere none (`ok` false): callers then assume it lost it.
+struct CpuClock {
+#if defined(__linux__)
+  clockid_t id{};
+#endif
+  bool ok = false;
+};
+
+inline CpuClock this_thread_clock() {
+  CpuClock c;
+#if defined(__linux__)
+  c.ok = pthread_getcpuclockid(pthread_self(), &c.id) == 0;
+#endif
+  return c;
+}
+
+// CPU nanoseconds of the clock's thread (-1: unknown).
+inline int64_t cpu_ns(const CpuClock& c) {
+#if defined(__linux__)
+  timespec ts;
+  if (c.ok && clock_gettime(c.id, &ts) == 0) return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+#else
+  (void)c;
+#endif
+  return -1;
 }
 
 }  // namespace jaxgru_cpu
