@@ -4,6 +4,7 @@ autodiff, vmap, jit, concurrent calls, the backend choice and the fallbacks."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
@@ -290,28 +291,56 @@ def test_concurrent_calls_from_eight_threads():
         chex.assert_trees_all_close(g, w, atol=2e-5)
 
 
-def test_threads_that_lose_their_core_leave_the_call(monkeypatch):
-    """With more spinning processes than cores, a thread of a call loses its core while it holds
-    a unit: the others mark that phase late, the thread leaves the call when it is done with the
-    unit (late_exits counts it) and the call still computes the layer."""
-    monkeypatch.setenv(native.THREADS_ENV, "2")
-    params = jaxgru.init_lstm(jax.random.key(0), 16, 64)
-    x = jax.random.normal(jax.random.key(1), (400, 4, 16))
-    want = jaxgru.lstm(params, x, backend="xla")
-    f = jax.jit(lambda p, x: jaxgru.lstm(p, x, backend="cpu"))
-    jax.block_until_ready(f(params, x))
-    module, _ = native._module()
-    before = module.late_exits()
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))]
+# Run in a process of its own, with one CPU device: in the suite's process (4 CPU devices,
+# conftest) the same run saw no late exit in 200 calls, a cause not found (both threads of a call
+# do run there: 2.18 vs 3.59 ms for one at GRU N=16); a fresh process saw the first in 4-15
+# calls. Both threads of a call and two spinning processes are pinned to one core, so a thread
+# loses the core while it holds a unit.
+_LOSE_CORE = r"""
+import json, os, subprocess, sys
+import jax, numpy as np
+import jaxgru
+from jaxgru._src import native
+
+params = jaxgru.init_lstm(jax.random.key(0), 16, 64)
+x = jax.random.normal(jax.random.key(1), (200, 4, 16))
+want = [np.asarray(o) for o in jaxgru.lstm(params, x, backend="xla")]
+f = jax.jit(lambda p, x: jaxgru.lstm(p, x, backend="cpu"))
+jax.block_until_ready(f(params, x))
+module, _ = native._module()
+before = module.late_exits()
+cpu = min(os.sched_getaffinity(0))
+hog = f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
+hogs = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range(2)]
+for task in os.listdir("/proc/self/task"):
     try:
-        for _ in range(30):
-            chex.assert_trees_all_close(f(params, x), want, atol=2e-5)
-            if module.late_exits() > before:
-                break
-    finally:
-        for h in hogs:
-            h.kill()
-    assert module.late_exits() > before
+        os.sched_setaffinity(int(task), {cpu})
+    except OSError:  # a thread that ended meanwhile
+        pass
+err, calls = 0.0, 0
+try:
+    while calls < 400 and module.late_exits() == before:
+        got = f(params, x)
+        err = max(err, max(float(np.abs(np.asarray(g) - w).max()) for g, w in zip(got, want)))
+        calls += 1
+finally:
+    for h in hogs:
+        h.kill()
+print(json.dumps({"late_exits": module.late_exits() - before, "calls": calls, "max_err": err}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread affinity and CPU clocks: Linux")
+def test_threads_that_lose_their_core_leave_the_call():
+    """A thread that loses its core while it holds a unit: the waiter sees from its CPU clock
+    that it is not running, marks the phase late, the thread leaves the call after that unit
+    (late_exits counts it) and every call still computes the layer."""
+    env = dict(os.environ, **{native.THREADS_ENV: "2"})
+    out = subprocess.run([sys.executable, "-c", _LOSE_CORE], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["late_exits"] > 0, report
+    assert report["max_err"] < 2e-5, report
 
 
 def test_auto_picks_cpu_where_built(monkeypatch):
