@@ -8,9 +8,9 @@
 // waits for a particular thread, so a task that starts late (a busy pool, another process on the
 // core) only means the others do its share; the two directions of a bidirectional layer start
 // on different threads. A thread that loses its core while holding a unit stalls the phase: the
-// waiters then sleep (wait.h) and mark the phase late, and a thread that finishes a unit of a
-// late phase leaves the call to the others, so a busy core costs a call one stall, not one per
-// step. All state of a call is on the heap and owned by that call.
+// waiters then sleep (wait.h) and, once that thread's CPU clock shows it is not running, mark
+// the phase late; a thread that finishes a unit of a late phase leaves the call to the others,
+// so a busy core costs a call one stall, not one per step. All state of a call is on the heap and owned by that call.
 #include <Python.h>
 
 #include <algorithm>
@@ -68,7 +68,7 @@ const Kernels& select_kernels(int want) {
 struct alignas(64) PhaseSync {
   std::atomic<int64_t> next[kMaxRanges];
   alignas(64) std::atomic<int64_t> done;
-  std::atomic<bool> late;  // a waiter waited longer than the phase's late_us
+  std::atomic<bool> late;  // a waiter saw a unit's thread lose its core (wait_for)
 };
 
 struct Phase {
