@@ -19,7 +19,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -157,6 +157,28 @@ def _peepholes(cfg: RNNConfig, pr: Prepared) -> Any:
     return jnp.stack([jnp.concatenate(v, axis=-1)[0] for v in pr.peep]).astype(jnp.float32)
 
 
+class _Stacked(NamedTuple):
+    """The reference's per-direction recurrence operands as the FFI calls take them."""
+
+    stack: Callable[[int], Any]  # k -> operand k of every direction, [D, ...] float32
+    carry: list[Any]  # the initial carries, each [D, N, H] float32
+    state: jax.ShapeDtypeStruct  # one carried state, [D, N, H] float32
+    lens: Any  # the sequence lengths clipped to [0, L], int32
+    r: Any  # R of every direction, [D, G·H, H] float32
+
+
+def _stacked(pr: Prepared, per_dir: list, carry0: tuple, lens: Any) -> _Stacked:
+    """Stack the per-direction operands (shared by the tangent's and the backward's calls)."""
+    f32 = lambda a: a.astype(jnp.float32)
+    return _Stacked(
+        stack=lambda k: f32(jnp.stack([pd[k] for pd in per_dir])),
+        carry=[f32(jnp.stack([c[k] for c in carry0])) for k in range(len(carry0[0]))],
+        state=jax.ShapeDtypeStruct((len(per_dir), pr.batch, pr.hidden), jnp.float32),
+        lens=jnp.clip(lens.astype(jnp.int32), 0, pr.length),
+        r=f32(jnp.stack(pr.r)),
+    )
+
+
 def make_tangent(cfg: RNNConfig, ensemble: int) -> Fn:
     """The tangent map of one layer: ``reference.tangent`` with its ``lax.scan`` over the steps
     replaced by one FFI call (the serial part: dH·Rᵀ and the elementwise step); what does not
@@ -176,14 +198,10 @@ def make_tangent(cfg: RNNConfig, ensemble: int) -> Fn:
 
         def recurrence(pr: Prepared, per_dir: list, aux: list, carry0: tuple) -> tuple[tuple, tuple]:
             f32 = lambda a: a.astype(jnp.float32)
-            d, length, batch, hidden = len(per_dir), pr.length, pr.batch, pr.hidden
-            h2 = 2 * hidden
-            stack = lambda k: f32(jnp.stack([pd[k] for pd in per_dir]))
-            carry = [f32(jnp.stack([c[k] for c in carry0])) for k in range(len(carry0[0]))]
-            st = jax.ShapeDtypeStruct((d, batch, hidden), jnp.float32)
-            dy = jax.ShapeDtypeStruct((d, length, batch, hidden), jnp.float32)
-            clipped = jnp.clip(lens.astype(jnp.int32), 0, length)
-            r = f32(jnp.stack(pr.r))
+            ops = _stacked(pr, per_dir, carry0, lens)
+            stack, carry, st, clipped, r = ops.stack, ops.carry, ops.state, ops.lens, ops.r
+            d, h2 = len(per_dir), 2 * pr.hidden
+            dy = jax.ShapeDtypeStruct((d, pr.length, pr.batch, pr.hidden), jnp.float32)
             if cfg.cell == "gru":  # per_dir: (d(X·Wᵀ + Wb), ext, a_zr, a_h, lin, h_prev)
                 txp, ext = stack(0), stack(1)
                 if lbr:  # the h gate's H_prev·dRhᵀ + dRbh is multiplied by r in the step
@@ -228,14 +246,10 @@ def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
 
         def recurrence(pr: Prepared, per_dir: list, carry0: tuple) -> tuple[tuple, tuple]:
             f32 = lambda a: a.astype(jnp.float32)
-            d, length, batch, hidden = len(per_dir), pr.length, pr.batch, pr.hidden
-            gh = cfg.num_gates * hidden
-            stack = lambda k: f32(jnp.stack([pd[k] for pd in per_dir]))
-            carry = [f32(jnp.stack([c[k] for c in carry0])) for k in range(len(carry0[0]))]
-            st = jax.ShapeDtypeStruct((d, batch, hidden), jnp.float32)
-            dgx = jax.ShapeDtypeStruct((d, length, batch, gh), jnp.float32)
-            clipped = jnp.clip(lens.astype(jnp.int32), 0, length)
-            r = f32(jnp.stack(pr.r))
+            ops = _stacked(pr, per_dir, carry0, lens)
+            stack, carry, st, clipped, r = ops.stack, ops.carry, ops.state, ops.lens, ops.r
+            d = len(per_dir)
+            dgx = jax.ShapeDtypeStruct((d, pr.length, pr.batch, cfg.num_gates * pr.hidden), jnp.float32)
             if cfg.cell == "gru":  # per_dir: (gy, a_zr, a_h, lin, h_prev)
                 shapes = [dgx, dgx if lbr else jax.ShapeDtypeStruct((0,), jnp.float32), st]
                 args_ = [stack(0), f32(res), stack(4), r, carry[0]]
