@@ -144,8 +144,7 @@ void bump(Call& c) {
 template <typename Ready>
 void wait_for(Call& c, Ready ready, std::atomic<bool>* late, int64_t late_us, int me) {
   const auto start = std::chrono::steady_clock::now();
-  int64_t before[kMaxWorkers];
-  std::fill(before, before + kMaxWorkers, int64_t{-1});
+  int64_t before[kMaxWorkers];  // set at the first look (most waits never get there)
   auto since = start;
   bool sampled = false;
   for (int spin = 0; !ready(); ++spin) {
@@ -159,6 +158,7 @@ void wait_for(Call& c, Ready ready, std::atomic<bool>* late, int64_t late_us, in
       continue;
     }
     if (late) {  // each look compares the clocks with the look before (the first only samples)
+      if (!sampled) std::fill(before, before + kMaxWorkers, int64_t{-1});
       const bool lost = holder_lost_core(c, me, before, &since) && sampled;
       if (lost && waited >= std::chrono::microseconds(late_us)) late->store(true, std::memory_order_relaxed);
       sampled = true;
