@@ -62,21 +62,32 @@ def settle(max_s: float = 0.05) -> None:
         time.sleep(0.0005)
 
 
-def interleaved_medians(candidates: dict[str, Callable[[], object]], repeats: int, inner: int = 1) -> dict:
+def interleaved_medians(
+    candidates: dict[str, Callable[[], object]],
+    repeats: int,
+    inner: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+    rotate: bool = False,
+) -> dict:
     """Run every candidate once per round, ``repeats`` rounds; median seconds per call.
 
     Interleaving spreads the machine's noise (other tenants, frequency changes) evenly over the
     candidates, so ratios between them are fair even when absolute times drift. Each timed call
-    starts after the previous candidate's threads have gone idle (``settle``).
+    starts after the previous candidate's threads have gone idle (``settle``). ``clock``: wall
+    time by default, ``time.process_time`` for CPU seconds. ``rotate`` starts each round one
+    candidate later, so none always runs right after the same one (one that evicts the caches
+    would bias the one after it).
     """
-    times = {name: [] for name in candidates}
-    for _ in range(repeats):
-        for name, fn in candidates.items():
+    names = list(candidates)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        order = names[r % len(names):] + names[: r % len(names)] if rotate else names
+        for name in order:
             settle()
-            t = time.perf_counter()
+            t = clock()
             for _ in range(inner):
-                block(fn())
-            times[name].append((time.perf_counter() - t) / inner)
+                block(candidates[name]())
+            times[name].append((clock() - t) / inner)
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 

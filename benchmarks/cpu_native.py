@@ -18,7 +18,6 @@ import argparse
 import math
 import os
 import pathlib
-import statistics
 import sys
 import time
 
@@ -43,17 +42,6 @@ def geo(values):
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
-def cpu_time_medians(fns, repeats):
-    """Interleaved rounds like _timing.interleaved_medians, timing process CPU seconds."""
-    times = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            t = time.process_time()
-            fn()
-            times[k].append(time.process_time() - t)
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
 def run(cases, repeats, cpu_time=False):
     rows = []
     for case in cases:
@@ -66,7 +54,7 @@ def run(cases, repeats, cpu_time=False):
                 fns[peer.name] = fn
             except Unsupported:
                 pass
-        med = cpu_time_medians(fns, repeats) if cpu_time else interleaved_medians(fns, repeats)
+        med = interleaved_medians(fns, repeats, clock=time.process_time if cpu_time else time.perf_counter)
         best = min(v for k, v in med.items() if k in ("onnxruntime", "torch"))
         row = {"case": case.name, "median_ms": {k: v * 1e3 for k, v in med.items()},
                "cpu_vs_best": med["jaxgru-cpu"] / best, "xla_vs_best": med["jaxgru-xla"] / best,

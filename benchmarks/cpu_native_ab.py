@@ -24,7 +24,6 @@ import importlib.machinery
 import importlib.util
 import os
 import pathlib
-import statistics
 import sys
 import time
 
@@ -32,6 +31,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import jax
 import peers
+from _timing import interleaved_medians
 from cpu_native import FORWARD, TRAIN
 from peers import JaxgruPeer, OnnxRuntimePeer, TorchPeer, Unsupported, make_data
 
@@ -48,19 +48,6 @@ def load_build(name: str, path: str) -> None:
     loader.exec_module(mod)
     for target, capsule in mod.registrations().items():
         jax.ffi.register_ffi_target(f"{name}_{target}", capsule, platform="cpu")
-
-
-def rotated_cpu_medians(fns: dict, repeats: int) -> dict:
-    """Process CPU seconds per call, medians; the order rotates every round, so no build always
-    runs right after the same peer (one that evicts the caches would bias the one after it)."""
-    names = list(fns)
-    times: dict = {k: [] for k in names}
-    for r in range(repeats):
-        for k in names[r % len(names):] + names[: r % len(names)]:
-            t = time.process_time()
-            fns[k]()
-            times[k].append(time.process_time() - t)
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def main(argv=None) -> int:
@@ -95,7 +82,8 @@ def main(argv=None) -> int:
                 fns[peer.name]()
             except Unsupported:
                 pass
-        med = {k: v * 1e3 for k, v in rotated_cpu_medians(fns, args.repeats).items()}
+        med = interleaved_medians(fns, args.repeats, clock=time.process_time, rotate=True)
+        med = {k: v * 1e3 for k, v in med.items()}
         best = min(v for k, v in med.items() if k in ("onnxruntime", "torch"))
         print(case.name, " ".join(f"{k}={v:.3f}({v / best:.2f})" for k, v in med.items()), flush=True)
     return 0
