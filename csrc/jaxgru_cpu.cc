@@ -512,20 +512,23 @@ ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::
                         ffi::Buffer<ffi::F32> res, ffi::Buffer<ffi::F32> hp, const float* cp,
                         ffi::Buffer<ffi::F32> r, const float* p, ffi::Buffer<ffi::F32> dhT,
                         const float* dcT, ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> dgx,
-                        float* dgh, ffi::ResultBuffer<ffi::F32> dh0, float* dc0) {
+                        ffi::ResultBuffer<ffi::F32>* dgh, ffi::ResultBuffer<ffi::F32> dh0, float* dc0) {
   auto call = std::make_shared<Call>();
   Call& c = *call;
   Layer& ly = c.ly;
   ly.backward = true;
   auto gd = gy.dimensions();  // [D, L, N, H]
-  if (gd.size() != 4 || !configure(c, at, gd[1], gd[2], 0, r.dimensions()))
+  if (gd.size() != 4 || !configure(c, at, gd[1], gd[2], 0, r.dimensions()) ||
+      static_cast<int64_t>(dgx->element_count()) != ly.D * ly.L * ly.N * ly.G * ly.H ||
+      (dgh && static_cast<int64_t>((*dgh)->element_count()) != ly.D * ly.L * ly.N * ly.H))
     return ffi::Error::InvalidArgument("jaxgru_cpu: operands of unexpected shapes");
   ly.r = r.typed_data(); ly.p = p; ly.lens = lens.typed_data();
   ly.gy = gy.typed_data(); ly.res = const_cast<float*>(res.typed_data()); ly.hp = hp.typed_data();
   ly.cp = cp; ly.dhT = dhT.typed_data(); ly.dcT = dcT;
-  ly.dgx = dgx->typed_data(); ly.dgh = dgh; ly.dh0 = dh0->typed_data(); ly.dc0 = dc0;
+  ly.dgx = dgx->typed_data(); ly.dgh = dgh ? (*dgh)->typed_data() : nullptr;
+  ly.dh0 = dh0->typed_data(); ly.dc0 = dc0;
   advise_huge_pages(ly.dgx, dgx->size_bytes());
-  if (dgh) advise_huge_pages(dgh, dgx->size_bytes());  // the same shape as dgx (GRU lbr=1)
+  if (dgh) advise_huge_pages(ly.dgh, (*dgh)->size_bytes());
   // the initial states' cotangents: the carry after the last processed step
   return run_and_finish(call, pool, at.threads, ly.dhT, ly.dcT, ly.dh0, ly.dc0, /*cotangents=*/true);
 }
@@ -647,7 +650,7 @@ ffi::Error gru_bwd_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> gy, ffi::Buf
                         ffi::ResultBuffer<ffi::F32> dgh, ffi::ResultBuffer<ffi::F32> dh0, JAXGRU_ATTR_ARGS) {
   Attrs at = JAXGRU_ATTR_VALUES(0);
   return run_backward(pool, at, gy, res, hp, nullptr, r, nullptr, dhT, nullptr, lens, dgx,
-                      lbr ? dgh->typed_data() : nullptr, dh0, nullptr);
+                      lbr ? &dgh : nullptr, dh0, nullptr);
 }
 
 ffi::Error lstm_bwd_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> gy, ffi::Buffer<ffi::F32> res,

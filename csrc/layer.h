@@ -65,7 +65,8 @@ struct Layer {
   float *y = nullptr, *yh = nullptr, *yc = nullptr, *res = nullptr;
   // backward (processing order, [D][L][N][.]): the cotangent of Y per step, the state before
   // each step, the cell state before each step (LSTM); results d(X.W^T + b) and, GRU lbr=1,
-  // d(H.R^T + Rb); the cotangents of the initial states
+  // the h gate's d(H.Rh^T + Rbh) ([D][L][N][H]: its z, r gates' are d(X.W^T + b)'s); the
+  // cotangents of the initial states
   bool backward = false;
   const float *gy = nullptr, *hp = nullptr, *cp = nullptr, *dhT = nullptr, *dcT = nullptr;
   float *dgx = nullptr, *dgh = nullptr, *dh0 = nullptr, *dc0 = nullptr;

@@ -243,6 +243,43 @@ def test_gradients_match_xla(monkeypatch, cell, opts, isa):
     np.testing.assert_allclose(jvp, jvp_x, atol=5e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize(("cell", "opts"), [("gru", {"linear_before_reset": 1}), ("lstm", {"peep": True})])
+def test_gradients_match_xla_at_many_blocks_and_uneven_row_tiles(cell, opts):
+    """The backward with its work spread over many units: H = 150 is 10 blocks of 16 units (the
+    last one padded), 13 rows make uneven row tiles, and the lengths include 0 (bidirectional)."""
+    case = random_case(np.random.default_rng(15), cell, L=4, N=13, I=5, H=150, direction="bidirectional",
+                       h0=True, lens=[4, 1, 0, 3, 4, 2, 4, 4, 1, 3, 4, 0, 2], **opts)
+    fn = jaxgru.gru if cell == "gru" else jaxgru.lstm
+    kw = case.kwargs(0)
+
+    def grad(backend):
+        f = lambda p, x: jnp.sum(jnp.sin(fn(p, x, **kw, backend=backend)[0]))
+        return jax.jit(jax.grad(f, argnums=(0, 1)))(case.params, case.x)
+
+    chex.assert_trees_all_close(grad("cpu"), grad("xla"), atol=5e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dgh_width", [1, 3])
+def test_backward_target_rejects_results_of_the_wrong_size(dgh_width):
+    """The GRU lbr=1 backward writes the h gate's cotangent, [D, L, N, H]: a caller declaring
+    another size (3H: the full gate width) gets an error, not a write past the buffer."""
+    from jaxgru._src.options import make_config
+
+    L, N, H = 2, 3, 16
+    cfg = make_config("gru", "test", linear_before_reset=1)
+    f32 = lambda *s: jnp.zeros(s, jnp.float32)
+    shapes = [jax.ShapeDtypeStruct(s, jnp.float32) for s in ((1, L, N, 3 * H), (1, L, N, dgh_width * H), (1, N, H))]
+    call = jax.ffi.ffi_call(native.BACKWARD_TARGETS["gru"], shapes)
+    args = (f32(1, L, N, H), f32(1, L, N, 4 * H), f32(1, L, N, H), f32(1, 3 * H, H), f32(1, N, H),
+            jnp.full((N,), L, jnp.int32))
+    if dgh_width == 1:
+        dgx, dgh, dh0 = call(*args, **native._attrs(cfg, True))
+        assert np.all(np.asarray(dgx) == 0) and np.all(np.asarray(dgh) == 0) and np.all(np.asarray(dh0) == 0)
+    else:
+        with pytest.raises(Exception, match="unexpected shapes"):
+            jax.block_until_ready(call(*args, **native._attrs(cfg, True)))
+
+
 def test_layout1_gradients_match_xla():
     case = random_case(np.random.default_rng(6), "gru", L=4, N=3, I=3, H=5, linear_before_reset=1, h0=True)
     x1 = np.swapaxes(case.x, 0, 1)

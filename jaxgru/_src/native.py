@@ -250,8 +250,9 @@ def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
             stack, carry, st, clipped, r = ops.stack, ops.carry, ops.state, ops.lens, ops.r
             d = len(per_dir)
             dgx = jax.ShapeDtypeStruct((d, pr.length, pr.batch, cfg.num_gates * pr.hidden), jnp.float32)
-            if cfg.cell == "gru":  # per_dir: (gy, a_zr, a_h, lin, h_prev)
-                shapes = [dgx, dgx if lbr else jax.ShapeDtypeStruct((0,), jnp.float32), st]
+            if cfg.cell == "gru":  # per_dir: (gy, a_zr, a_h, lin, h_prev); lbr=1: dgh of the h gate
+                dgh = jax.ShapeDtypeStruct((d, pr.length, pr.batch, pr.hidden) if lbr else (0,), jnp.float32)
+                shapes = [dgx, dgh, st]
                 args_ = [stack(0), f32(res), stack(4), r, carry[0]]
             else:  # per_dir: (gy, a_i, a_o, a_f, a_c, C, C_prev)
                 p = _peepholes(cfg, pr)

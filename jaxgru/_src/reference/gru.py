@@ -127,7 +127,8 @@ def backward_step(cfg: RNNConfig, pr: Prepared, d: int, carry: tuple[Array, ...]
     """One reverse step: the cotangent of the previous H, and what the weight gradients need.
 
     Returns:
-      ``((dH_prev,), (d(X·Wᵀ + b), d(H·Rᵀ + Rb) or None))``, zero on padding steps.
+      ``((dH_prev,), (d(X·Wᵀ + b), the h gate's d(H·Rhᵀ + Rbh) (lbr=1) or None))``, zero on
+      padding steps. (With lbr=1 the z and r gates' d(H·Rᵀ + Rb) are those of d(X·Wᵀ + b).)
     """
     f, g = cfg.activations[d][0], cfg.activations[d][1]
     hidden, h2 = pr.hidden, 2 * pr.hidden
@@ -142,8 +143,8 @@ def backward_step(cfg: RNNConfig, pr: Prepared, d: int, carry: tuple[Array, ...]
     daz = gh * (hp_t - hh) * dzr_[:, :hidden]
     if cfg.linear_before_reset:
         dar = dah * lin * dzr_[:, hidden:]
-        dgh = jnp.concatenate([daz, dar, dah * r_], axis=-1)  # d(H·Rᵀ + Rb)
-        dh_prev = gh * z + dgh @ r
+        dgh = dah * r_  # the h gate's d(H·Rhᵀ + Rbh)
+        dh_prev = gh * z + jnp.concatenate([daz, dar, dgh], axis=-1) @ r
     else:
         drh = dah @ r[h2:]  # d(r ⊙ H)
         dar = drh * hp_t * dzr_[:, hidden:]
@@ -161,7 +162,8 @@ def weight_grads(cfg: RNNConfig, pr: Prepared, d: int, emit: tuple[Array, Array 
     sb = sum_ln(dgx)
     if cfg.linear_before_reset:
         assert dgh is not None
-        return {"r": wgrad(dgh, hp), "b": jnp.concatenate([sb, sum_ln(dgh)])}
+        return {"r": jnp.concatenate([wgrad(dgx[..., :h2], hp), wgrad(dgh, hp)]),
+                "b": jnp.concatenate([sb, sb[:h2], sum_ln(dgh)])}
     r_ = act(cfg.activations[d][0], xs[1], cfg.clip)[..., hidden:]
     return {"r": jnp.concatenate([wgrad(dgx[..., :h2], hp), wgrad(dgx[..., h2:], r_ * hp)]),
             "b": jnp.concatenate([sb, sb])}
