@@ -527,9 +527,12 @@ ffi::Error run_layer(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32
 }
 
 // The backward's reverse recurrence (the serial part; the weight gradients are GEMMs over all
-// steps that XLA does after it, native.py). Operands in processing order, [D][L][N][.].
+// steps that XLA does after it, native.py). gy, res in processing order, [D][L][N][.]; the
+// states before each step from the forward's Y (GRU, [L][D][N][H]) and h0, or its residuals and
+// c0 (LSTM), instead of a copy of them per step.
 ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32> gy,
-                        ffi::Buffer<ffi::F32> res, ffi::Buffer<ffi::F32> hp, const float* cp,
+                        ffi::Buffer<ffi::F32> res, const ffi::Buffer<ffi::F32>* y,
+                        const ffi::Buffer<ffi::F32>* h0, const ffi::Buffer<ffi::F32>* c0,
                         ffi::Buffer<ffi::F32> r, const float* p, ffi::Buffer<ffi::F32> dhT,
                         const float* dcT, ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> dgx,
                         ffi::ResultBuffer<ffi::F32>* dgh, ffi::ResultBuffer<ffi::F32> dh0, float* dc0) {
@@ -540,11 +543,18 @@ ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::
   auto gd = gy.dimensions();  // [D, L, N, H]
   if (gd.size() != 4 || !configure(c, at, gd[1], gd[2], 0, r.dimensions()) ||
       static_cast<int64_t>(dgx->element_count()) != ly.D * ly.L * ly.N * ly.G * ly.H ||
-      (dgh && static_cast<int64_t>((*dgh)->element_count()) != ly.D * ly.L * ly.N * ly.H))
+      (dgh && static_cast<int64_t>((*dgh)->element_count()) != ly.D * ly.L * ly.N * ly.H) ||
+      (y && static_cast<int64_t>(y->element_count()) != ly.L * ly.D * ly.N * ly.H) ||
+      (h0 && static_cast<int64_t>(h0->element_count()) != ly.D * ly.N * ly.H) ||
+      (c0 && static_cast<int64_t>(c0->element_count()) != ly.D * ly.N * ly.H) ||
+      static_cast<int64_t>(res.element_count()) != ly.D * ly.L * ly.N * ly.K * ly.H)
     return ffi::Error::InvalidArgument("jaxgru_cpu: operands of unexpected shapes");
   ly.r = r.typed_data(); ly.p = p; ly.lens = lens.typed_data();
-  ly.gy = gy.typed_data(); ly.res = const_cast<float*>(res.typed_data()); ly.hp = hp.typed_data();
-  ly.cp = cp; ly.dhT = dhT.typed_data(); ly.dcT = dcT;
+  ly.gy = gy.typed_data(); ly.res = const_cast<float*>(res.typed_data());
+  ly.y = y ? const_cast<float*>(y->typed_data()) : nullptr;  // read only
+  ly.h0 = h0 ? h0->typed_data() : nullptr;
+  ly.c0 = c0 ? c0->typed_data() : nullptr;
+  ly.dhT = dhT.typed_data(); ly.dcT = dcT;
   ly.dgx = dgx->typed_data(); ly.dgh = dgh ? (*dgh)->typed_data() : nullptr;
   ly.dh0 = dh0->typed_data(); ly.dc0 = dc0;
   advise_huge_pages(ly.dgx, dgx->size_bytes());
@@ -665,21 +675,21 @@ ffi::Error lstm_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<
              a0, a1, a2, a3, a4, a5, al0, al1, al2, al3, al4, al5, be0, be1, be2, be3, be4, be5)
 
 ffi::Error gru_bwd_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> gy, ffi::Buffer<ffi::F32> res,
-                        ffi::Buffer<ffi::F32> hp, ffi::Buffer<ffi::F32> r, ffi::Buffer<ffi::F32> dhT,
-                        ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> dgx,
+                        ffi::Buffer<ffi::F32> y, ffi::Buffer<ffi::F32> h0, ffi::Buffer<ffi::F32> r,
+                        ffi::Buffer<ffi::F32> dhT, ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> dgx,
                         ffi::ResultBuffer<ffi::F32> dgh, ffi::ResultBuffer<ffi::F32> dh0, JAXGRU_ATTR_ARGS) {
   Attrs at = JAXGRU_ATTR_VALUES(0);
-  return run_backward(pool, at, gy, res, hp, nullptr, r, nullptr, dhT, nullptr, lens, dgx,
+  return run_backward(pool, at, gy, res, &y, &h0, nullptr, r, nullptr, dhT, nullptr, lens, dgx,
                       lbr ? &dgh : nullptr, dh0, nullptr);
 }
 
 ffi::Error lstm_bwd_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> gy, ffi::Buffer<ffi::F32> res,
-                         ffi::Buffer<ffi::F32> hp, ffi::Buffer<ffi::F32> cp, ffi::Buffer<ffi::F32> r,
-                         ffi::Buffer<ffi::F32> p, ffi::Buffer<ffi::F32> dhT, ffi::Buffer<ffi::F32> dcT,
-                         ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> dgx,
-                         ffi::ResultBuffer<ffi::F32> dh0, ffi::ResultBuffer<ffi::F32> dc0, JAXGRU_ATTR_ARGS) {
+                         ffi::Buffer<ffi::F32> c0, ffi::Buffer<ffi::F32> r, ffi::Buffer<ffi::F32> p,
+                         ffi::Buffer<ffi::F32> dhT, ffi::Buffer<ffi::F32> dcT, ffi::Buffer<ffi::S32> lens,
+                         ffi::ResultBuffer<ffi::F32> dgx, ffi::ResultBuffer<ffi::F32> dh0,
+                         ffi::ResultBuffer<ffi::F32> dc0, JAXGRU_ATTR_ARGS) {
   Attrs at = JAXGRU_ATTR_VALUES(1);
-  return run_backward(pool, at, gy, res, hp, cp.typed_data(), r, p.typed_data(), dhT, dcT.typed_data(),
+  return run_backward(pool, at, gy, res, nullptr, nullptr, &c0, r, p.typed_data(), dhT, dcT.typed_data(),
                       lens, dgx, nullptr, dh0, dc0->typed_data());
 }
 
@@ -729,6 +739,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     JAXGRU_ATTRS(xla::ffi::Ffi::Bind()
                      .Ctx<xla::ffi::ThreadPool>()
                      .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
+                     .Arg<JAXGRU_F32>()
                      .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
                      .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()));
 
@@ -737,7 +748,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     JAXGRU_ATTRS(xla::ffi::Ffi::Bind()
                      .Ctx<xla::ffi::ThreadPool>()
                      .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
-                     .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
+                     .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
                      .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
                      .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()));
 

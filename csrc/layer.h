@@ -63,10 +63,10 @@ struct Layer {
   const float *h0 = nullptr, *c0 = nullptr;
   const int32_t* lens = nullptr;  // clipped to [0, L] by the caller (Python)
   float *y = nullptr, *yh = nullptr, *yc = nullptr, *res = nullptr;
-  // backward (processing order, [D][L][N][.]): the cotangent of Y per step, the state before
-  // each step, the cell state before each step (LSTM); results d(X.W^T + b) and, GRU lbr=1,
-  // the h gate's d(H.Rh^T + Rbh) ([D][L][N][H]: its z, r gates' are d(X.W^T + b)'s); the
-  // cotangents of the initial states
+  // backward (processing order, [D][L][N][.]): the cotangent of Y per step and the forward's
+  // residuals; the states before each step are read where the forward left them (h_before,
+  // c_before: y, h0, c0, res); results d(X.W^T + b) and, GRU lbr=1, the h gate's d(H.Rh^T + Rbh)
+  // ([D][L][N][H]: its z, r gates' are d(X.W^T + b)'s); the cotangents of the initial states
   bool backward = false;
   const float *gy = nullptr, *hp = nullptr, *cp = nullptr, *dhT = nullptr, *dcT = nullptr;
   float *dgx = nullptr, *dgh = nullptr, *dh0 = nullptr, *dc0 = nullptr;
@@ -88,6 +88,18 @@ struct Layer {
     int64_t l = len(n);
     if (t >= l) return t;  // padding: identity (Y there is zero)
     return dir[d].reversed ? l - 1 - t : t;
+  }
+  // backward: the hidden state before processing step t < len(n) of direction d, row n: h0 at
+  // t = 0, else Y ([L][D][N][H], time order) at the time of step t - 1
+  const float* h_before(int d, int64_t t, int64_t n) const {
+    if (t == 0) return h0 + (d * N + n) * H;
+    return y + ((time_of(d, t - 1, n) * D + d) * N + n) * H;
+  }
+  // LSTM backward: the cell state before step t: c0 at t = 0, else C of step t - 1 (the last of
+  // the residuals' K blocks)
+  const float* c_before(int d, int64_t t, int64_t n) const {
+    if (t == 0) return c0 + (d * N + n) * H;
+    return res + ((d * L + t - 1) * N + n) * K * H + (K - 1) * H;
   }
 };
 

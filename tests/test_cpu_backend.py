@@ -259,22 +259,25 @@ def test_gradients_match_xla_at_many_blocks_and_uneven_row_tiles(cell, opts):
     chex.assert_trees_all_close(grad("cpu"), grad("xla"), atol=5e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("dgh_width", [1, 3])
-def test_backward_target_rejects_results_of_the_wrong_size(dgh_width):
-    """The GRU lbr=1 backward writes the h gate's cotangent, [D, L, N, H]: a caller declaring
-    another size (3H: the full gate width) gets an error, not a write past the buffer."""
+@pytest.mark.parametrize("wrong", [None, "dgh", "y", "res"])
+def test_backward_target_rejects_operands_and_results_of_the_wrong_size(wrong):
+    """The GRU lbr=1 backward reads the forward's Y ([L, D, N, H]) and residuals ([D, L, N, 4H])
+    and writes the h gate's cotangent ([D, L, N, H]): a caller passing or declaring another size
+    (here 3H for dgh, the full gate width) gets an error, not an access past a buffer."""
     from jaxgru._src.options import make_config
 
     L, N, H = 2, 3, 16
     cfg = make_config("gru", "test", linear_before_reset=1)
     f32 = lambda *s: jnp.zeros(s, jnp.float32)
-    shapes = [jax.ShapeDtypeStruct(s, jnp.float32) for s in ((1, L, N, 3 * H), (1, L, N, dgh_width * H), (1, N, H))]
+    dgh = (1, L, N, 3 * H if wrong == "dgh" else H)
+    shapes = [jax.ShapeDtypeStruct(s, jnp.float32) for s in ((1, L, N, 3 * H), dgh, (1, N, H))]
     call = jax.ffi.ffi_call(native.BACKWARD_TARGETS["gru"], shapes)
-    args = (f32(1, L, N, H), f32(1, L, N, 4 * H), f32(1, L, N, H), f32(1, 3 * H, H), f32(1, N, H),
+    args = (f32(1, L, N, H), f32(1, L, N, 3 * H if wrong == "res" else 4 * H),
+            f32(L + (wrong == "y"), 1, N, H), f32(1, N, H), f32(1, 3 * H, H), f32(1, N, H),
             jnp.full((N,), L, jnp.int32))
-    if dgh_width == 1:
-        dgx, dgh, dh0 = call(*args, **native._attrs(cfg, True))
-        assert np.all(np.asarray(dgx) == 0) and np.all(np.asarray(dgh) == 0) and np.all(np.asarray(dh0) == 0)
+    if wrong is None:
+        outs = call(*args, **native._attrs(cfg, True))
+        assert all(np.all(np.asarray(o) == 0) for o in outs)
     else:
         with pytest.raises(Exception, match="unexpected shapes"):
             jax.block_until_ready(call(*args, **native._attrs(cfg, True)))

@@ -250,14 +250,17 @@ def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
             stack, carry, st, clipped, r = ops.stack, ops.carry, ops.state, ops.lens, ops.r
             d = len(per_dir)
             dgx = jax.ShapeDtypeStruct((d, pr.length, pr.batch, cfg.num_gates * pr.hidden), jnp.float32)
+            # the states before each step are read from Y and h0 (GRU) or the residuals and c0
+            # (LSTM) by the call, not from per_dir's copies (those feed dR's GEMM alone)
+            init = lambda k: f32(jnp.stack(pr.states[k]))
             if cfg.cell == "gru":  # per_dir: (gy, a_zr, a_h, lin, h_prev); lbr=1: dgh of the h gate
                 dgh = jax.ShapeDtypeStruct((d, pr.length, pr.batch, pr.hidden) if lbr else (0,), jnp.float32)
                 shapes = [dgx, dgh, st]
-                args_ = [stack(0), f32(res), stack(4), r, carry[0]]
+                y_tm = f32(y) if cfg.layout == 0 else jnp.transpose(f32(y), (1, 2, 0, 3))  # [L, D, N, H]
+                args_ = [stack(0), f32(res), y_tm, init(0), r, carry[0]]
             else:  # per_dir: (gy, a_i, a_o, a_f, a_c, C, C_prev)
-                p = _peepholes(cfg, pr)
                 shapes = [dgx, st, st]
-                args_ = [stack(0), f32(res), stack(6), stack(6), r, p, carry[0], carry[1]]
+                args_ = [stack(0), f32(res), init(1), r, _peepholes(cfg, pr), carry[0], carry[1]]
             outs = jax.ffi.ffi_call(BACKWARD_TARGETS[cfg.cell], shapes, vmap_method="sequential")(
                 *args_, clipped, **attrs)
             cd = pr.dtype
