@@ -259,6 +259,7 @@ int64_t layout_dir(Layer& ly, Dir& dr, float* base) {
     dr.dc = take(N * Hp);
     dr.ghz = take(N * Hp);
     dr.dah = gru0 ? take(N * Hp) : nullptr;
+    dr.dsum = take((N + ly.rows_bwd - 1) / ly.rows_bwd * nb * (G + 1) * kBlock);
     return used;
   }
   if (!ly.tangent) dr.wpanel = take(nb * ly.I * G * kBlock);
@@ -292,6 +293,7 @@ void init_dir_backward(Layer& ly, int d) {
   init_peepholes(ly, d);
   for (float* b : {dr.dh[0], dr.dh[1], dr.dc, dr.ghz}) std::fill(b, b + N * Hp, 0.f);
   if (dr.dah) std::fill(dr.dah, dr.dah + N * Hp, 0.f);
+  std::fill(dr.dsum, dr.dsum + (N + ly.rows_bwd - 1) / ly.rows_bwd * ly.nb * (ly.G + 1) * kBlock, 0.f);
   for (int64_t n = 0; n < N; ++n) {
     std::memcpy(dr.dh[0] + n * Hp, ly.dhT + (d * N + n) * H, H * sizeof(float));
     if (ly.cell == 1) std::memcpy(dr.dc + n * Hp, ly.dcT + (d * N + n) * H, H * sizeof(float));
@@ -347,7 +349,7 @@ void plan_phases(Call& c, int d) {
 void plan_backward(Call& c, int d) {
   const Layer& ly = c.ly;
   std::vector<Phase>& ph = c.phases[d];
-  const int rows = c.k->rows_bwd;
+  const int rows = ly.rows_bwd;
   auto add = [&](int kind, int64_t arg, int64_t rows_total, int r) {
     ph.push_back(make_phase(ly, kind, arg, rows_total, r));
   };
@@ -535,7 +537,8 @@ ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::
                         const ffi::Buffer<ffi::F32>* h0, const ffi::Buffer<ffi::F32>* c0,
                         ffi::Buffer<ffi::F32> r, const float* p, ffi::Buffer<ffi::F32> dhT,
                         const float* dcT, ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> dgx,
-                        ffi::ResultBuffer<ffi::F32>* dgh, ffi::ResultBuffer<ffi::F32> dh0, float* dc0) {
+                        ffi::ResultBuffer<ffi::F32>* dgh, ffi::ResultBuffer<ffi::F32> dh0, float* dc0,
+                        ffi::ResultBuffer<ffi::F32> sums) {
   auto call = std::make_shared<Call>();
   Call& c = *call;
   Layer& ly = c.ly;
@@ -547,8 +550,10 @@ ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::
       (y && static_cast<int64_t>(y->element_count()) != ly.L * ly.D * ly.N * ly.H) ||
       (h0 && static_cast<int64_t>(h0->element_count()) != ly.D * ly.N * ly.H) ||
       (c0 && static_cast<int64_t>(c0->element_count()) != ly.D * ly.N * ly.H) ||
-      static_cast<int64_t>(res.element_count()) != ly.D * ly.L * ly.N * ly.K * ly.H)
+      static_cast<int64_t>(res.element_count()) != ly.D * ly.L * ly.N * ly.K * ly.H ||
+      static_cast<int64_t>(sums->element_count()) != ly.D * (ly.G + (dgh ? 1 : 0)) * ly.H)
     return ffi::Error::InvalidArgument("jaxgru_cpu: operands of unexpected shapes");
+  ly.rows_bwd = c.k->rows_bwd;
   ly.r = r.typed_data(); ly.p = p; ly.lens = lens.typed_data();
   ly.gy = gy.typed_data(); ly.res = const_cast<float*>(res.typed_data());
   ly.y = y ? const_cast<float*>(y->typed_data()) : nullptr;  // read only
@@ -560,7 +565,22 @@ ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::
   advise_huge_pages(ly.dgx, dgx->size_bytes());
   if (dgh) advise_huge_pages(ly.dgh, (*dgh)->size_bytes());
   // the initial states' cotangents: the carry after the last processed step
-  return run_and_finish(call, pool, at.threads, ly.dhT, ly.dcT, ly.dh0, ly.dc0, /*cotangents=*/true);
+  ffi::Error e = run_and_finish(call, pool, at.threads, ly.dhT, ly.dcT, ly.dh0, ly.dc0, /*cotangents=*/true);
+  // the bias gradients' sums over steps and batch: the units' sums added over the row tiles
+  const int64_t S = ly.G + (dgh ? 1 : 0), H = ly.H;
+  float* out = sums->typed_data();
+  std::fill(out, out + ly.D * S * H, 0.f);
+  if (ly.L == 0 || ly.N == 0) return e;
+  const int64_t nrt = (ly.N + ly.rows_bwd - 1) / ly.rows_bwd;
+  for (int d = 0; d < ly.D; ++d)
+    for (int64_t rt = 0; rt < nrt; ++rt)
+      for (int64_t j = 0; j < ly.nb; ++j)
+        for (int64_t g = 0; g < S; ++g) {
+          const float* v = ly.dir[d].dsum + ((rt * ly.nb + j) * (ly.G + 1) + g) * kBlock;
+          float* o = out + (d * S + g) * H + j * kBlock;
+          for (int64_t u = 0; u < std::min<int64_t>(kBlock, H - j * kBlock); ++u) o[u] += v[u];
+        }
+  return e;
 }
 
 // ---- the tangent (jax.jvp): its recurrence in tangent.inc ----
@@ -677,20 +697,21 @@ ffi::Error lstm_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<
 ffi::Error gru_bwd_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> gy, ffi::Buffer<ffi::F32> res,
                         ffi::Buffer<ffi::F32> y, ffi::Buffer<ffi::F32> h0, ffi::Buffer<ffi::F32> r,
                         ffi::Buffer<ffi::F32> dhT, ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> dgx,
-                        ffi::ResultBuffer<ffi::F32> dgh, ffi::ResultBuffer<ffi::F32> dh0, JAXGRU_ATTR_ARGS) {
+                        ffi::ResultBuffer<ffi::F32> dgh, ffi::ResultBuffer<ffi::F32> dh0,
+                        ffi::ResultBuffer<ffi::F32> sums, JAXGRU_ATTR_ARGS) {
   Attrs at = JAXGRU_ATTR_VALUES(0);
   return run_backward(pool, at, gy, res, &y, &h0, nullptr, r, nullptr, dhT, nullptr, lens, dgx,
-                      lbr ? &dgh : nullptr, dh0, nullptr);
+                      lbr ? &dgh : nullptr, dh0, nullptr, sums);
 }
 
 ffi::Error lstm_bwd_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> gy, ffi::Buffer<ffi::F32> res,
                          ffi::Buffer<ffi::F32> c0, ffi::Buffer<ffi::F32> r, ffi::Buffer<ffi::F32> p,
                          ffi::Buffer<ffi::F32> dhT, ffi::Buffer<ffi::F32> dcT, ffi::Buffer<ffi::S32> lens,
                          ffi::ResultBuffer<ffi::F32> dgx, ffi::ResultBuffer<ffi::F32> dh0,
-                         ffi::ResultBuffer<ffi::F32> dc0, JAXGRU_ATTR_ARGS) {
+                         ffi::ResultBuffer<ffi::F32> dc0, ffi::ResultBuffer<ffi::F32> sums, JAXGRU_ATTR_ARGS) {
   Attrs at = JAXGRU_ATTR_VALUES(1);
   return run_backward(pool, at, gy, res, nullptr, nullptr, &c0, r, p.typed_data(), dhT, dcT.typed_data(),
-                      lens, dgx, nullptr, dh0, dc0->typed_data());
+                      lens, dgx, nullptr, dh0, dc0->typed_data(), sums);
 }
 
 ffi::Error gru_tan_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> ex, ffi::Buffer<ffi::F32> exh,
@@ -741,7 +762,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
                      .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
                      .Arg<JAXGRU_F32>()
                      .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
-                     .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()));
+                     .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()
+                     .Ret<JAXGRU_F32>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jaxgru_lstm_backward, jaxgru_cpu::lstm_bwd_impl,
@@ -750,7 +772,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
                      .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
                      .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
                      .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
-                     .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()));
+                     .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()
+                     .Ret<JAXGRU_F32>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jaxgru_gru_forward, jaxgru_cpu::gru_impl,

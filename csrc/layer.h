@@ -45,6 +45,10 @@ struct Dir {
   float* dc = nullptr;       // [N][Hp]: LSTM, the cotangent of C (tile-local)
   float* ghz = nullptr;      // [N][Hp]: the part of dH_prev that is not a matmul
   float* dah = nullptr;      // [N][Hp]: GRU lbr=0, d(a_h), the operand of d(r*H) = dah . Rh
+  // [row tile][block][G + 1][16]: per unit of the elementwise phase, its rows' sums over the
+  // steps of d(X.W^T + b) per gate and (GRU lbr=1) of dgh; summed over row tiles at the end,
+  // they are the bias gradients (a unit runs one step at a time, so no two threads add at once)
+  float* dsum = nullptr;
 };
 
 struct Layer {
@@ -70,6 +74,7 @@ struct Layer {
   bool backward = false;
   const float *gy = nullptr, *hp = nullptr, *cp = nullptr, *dhT = nullptr, *dcT = nullptr;
   float *dgx = nullptr, *dgh = nullptr, *dh0 = nullptr, *dc0 = nullptr;
+  int rows_bwd = 1;  // rows per tile of the elementwise phase (dsum's row tiles)
   // tangent (processing order, [D][L][N][.]; tangent.inc): the part of each step's gate
   // tangents that does not depend on the carried tangents (ex: d(X.W^T + b) + H_prev.dR^T
   // [+ the peepholes' tangents times C]; GRU lbr=1: without the h gate's H_prev.dRh^T + dRbh,

@@ -259,18 +259,20 @@ def test_gradients_match_xla_at_many_blocks_and_uneven_row_tiles(cell, opts):
     chex.assert_trees_all_close(grad("cpu"), grad("xla"), atol=5e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("wrong", [None, "dgh", "y", "res"])
+@pytest.mark.parametrize("wrong", [None, "dgh", "y", "res", "sums"])
 def test_backward_target_rejects_operands_and_results_of_the_wrong_size(wrong):
     """The GRU lbr=1 backward reads the forward's Y ([L, D, N, H]) and residuals ([D, L, N, 4H])
-    and writes the h gate's cotangent ([D, L, N, H]): a caller passing or declaring another size
-    (here 3H for dgh, the full gate width) gets an error, not an access past a buffer."""
+    and writes the h gate's cotangent ([D, L, N, H]) and the bias sums ([D, 4H]): a caller
+    passing or declaring another size (here 3H for dgh, the full gate width) gets an error, not
+    an access past a buffer."""
     from jaxgru._src.options import make_config
 
     L, N, H = 2, 3, 16
     cfg = make_config("gru", "test", linear_before_reset=1)
     f32 = lambda *s: jnp.zeros(s, jnp.float32)
     dgh = (1, L, N, 3 * H if wrong == "dgh" else H)
-    shapes = [jax.ShapeDtypeStruct(s, jnp.float32) for s in ((1, L, N, 3 * H), dgh, (1, N, H))]
+    sums = (1, 3 * H if wrong == "sums" else 4 * H)
+    shapes = [jax.ShapeDtypeStruct(s, jnp.float32) for s in ((1, L, N, 3 * H), dgh, (1, N, H), sums)]
     call = jax.ffi.ffi_call(native.BACKWARD_TARGETS["gru"], shapes)
     args = (f32(1, L, N, H), f32(1, L, N, 3 * H if wrong == "res" else 4 * H),
             f32(L + (wrong == "y"), 1, N, H), f32(1, N, H), f32(1, 3 * H, H), f32(1, N, H),

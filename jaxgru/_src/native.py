@@ -244,7 +244,7 @@ def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
         primals, y, res, cts = args[:n], args[n], args[n + 1], args[n + 2 :]
         lens = cell.unpack(primals).lens
 
-        def recurrence(pr: Prepared, per_dir: list, carry0: tuple) -> tuple[tuple, tuple]:
+        def recurrence(pr: Prepared, per_dir: list, carry0: tuple) -> tuple[tuple, tuple, tuple]:
             f32 = lambda a: a.astype(jnp.float32)
             ops = _stacked(pr, per_dir, carry0, lens)
             stack, carry, st, clipped, r = ops.stack, ops.carry, ops.state, ops.lens, ops.r
@@ -253,13 +253,15 @@ def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
             # the states before each step are read from Y and h0 (GRU) or the residuals and c0
             # (LSTM) by the call, not from per_dir's copies (those feed dR's GEMM alone)
             init = lambda k: f32(jnp.stack(pr.states[k]))
+            # the sums over steps and batch of dG's gates and (GRU lbr=1) dgh: the bias gradients
+            sums = jax.ShapeDtypeStruct((d, (cfg.num_gates + lbr) * pr.hidden), jnp.float32)
             if cfg.cell == "gru":  # per_dir: (gy, a_zr, a_h, lin, h_prev); lbr=1: dgh of the h gate
                 dgh = jax.ShapeDtypeStruct((d, pr.length, pr.batch, pr.hidden) if lbr else (0,), jnp.float32)
-                shapes = [dgx, dgh, st]
+                shapes = [dgx, dgh, st, sums]
                 y_tm = f32(y) if cfg.layout == 0 else jnp.transpose(f32(y), (1, 2, 0, 3))  # [L, D, N, H]
                 args_ = [stack(0), f32(res), y_tm, init(0), r, carry[0]]
             else:  # per_dir: (gy, a_i, a_o, a_f, a_c, C, C_prev)
-                shapes = [dgx, st, st]
+                shapes = [dgx, st, st, sums]
                 args_ = [stack(0), f32(res), init(1), r, _peepholes(cfg, pr), carry[0], carry[1]]
             outs = jax.ffi.ffi_call(BACKWARD_TARGETS[cfg.cell], shapes, vmap_method="sequential")(
                 *args_, clipped, **attrs)
@@ -270,7 +272,9 @@ def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
             else:
                 first = tuple((outs[1][k].astype(cd), outs[2][k].astype(cd)) for k in range(d))
                 emits = tuple((outs[0][k].astype(cd), None) for k in range(d))
-            return first, emits
+            gh = cfg.num_gates * pr.hidden
+            sums = tuple((outs[-1][k, :gh].astype(cd), outs[-1][k, gh:].astype(cd) if lbr else None) for k in range(d))
+            return first, emits, sums
 
         return reference.backward(cfg, primals, y, res, cts, recurrence=recurrence)
 

@@ -161,12 +161,13 @@ def backward_step(cfg: RNNConfig, pr: Prepared, d: int, carry: tuple[Array, ...]
 
 
 def weight_grads(cfg: RNNConfig, pr: Prepared, d: int, emit: tuple[Array, Array | None], xs: tuple[Array, ...],
-                 hp: Array) -> dict[str, Array]:
+                 hp: Array, sums: tuple[Array, None] | None = None) -> dict[str, Array]:
     """Direction d's gradients of R, b and (with peepholes) P, (with a projection) proj
-    (W's is shared: scan.py)."""
+    (W's is shared: scan.py). ``sums``: dG's sum over steps and batch, where the recurrence
+    computed it."""
     dgx = emit[0]
     hidden, h2 = pr.hidden, 2 * pr.hidden
-    sb = sum_ln(dgx)
+    sb = sum_ln(dgx) if sums is None else sums[0]
     out = {"r": wgrad(dgx, hp), "b": jnp.concatenate([sb, sb])}
     if pr.peep is not None:
         cs, cp = xs[5], xs[6]

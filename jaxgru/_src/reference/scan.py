@@ -39,8 +39,9 @@ from jaxgru._src.reference.layout import (
 
 _CELLS: dict[str, ModuleType] = {"gru": gru, "lstm": lstm}
 # (prepared operands, per direction the backward's scan inputs, per direction the carry of the
-# last step) -> (per direction the carry before the first step, per direction the emissions)
-Recurrence = Callable[[Prepared, list, tuple], tuple[tuple, tuple]]
+# last step) -> (per direction the carry before the first step, per direction the emissions, per
+# direction the emissions' sums over steps and batch (the bias gradients' terms) or None)
+Recurrence = Callable[[Prepared, list, tuple], tuple[tuple, tuple, tuple | None]]
 # (prepared operands, per direction the tangent's scan inputs, per direction its aux, per
 # direction the carry before the first step) -> (per direction the carry after the last step,
 # per direction dY [L, N, H] in processing order)
@@ -183,15 +184,17 @@ def backward(cfg: RNNConfig, primals: Sequence[Array], y: Array, res: Array, cot
     carry0 = tuple(tuple(s[d] for s in g_states) for d in pr.dirs)
     if recurrence is None:
         first, emits = lax.scan(step, carry0, (tuple(per_dir), tm.mask), reverse=True, unroll=pr.unroll)
+        sums = None
     else:
-        first, emits = recurrence(pr, per_dir, carry0)
+        first, emits, sums = recurrence(pr, per_dir, carry0)
 
     g_xs, grads = [], {"w": []}
     for d in pr.dirs:
         dgx = emits[d][0]  # d(X·Wᵀ + b): every cell's first emission
         grads["w"].append(wgrad(dgx, pr.x[d]))
         g_xs.append(tm.proc(dgx @ pr.w[d], d))
-        for k, v in cell.weight_grads(cfg, pr, d, emits[d], per_dir[d], hps[d]).items():
+        for k, v in cell.weight_grads(cfg, pr, d, emits[d], per_dir[d], hps[d],
+                                      None if sums is None else sums[d]).items():
             grads.setdefault(k, []).append(v)
     ops = cell_spec.unpack(primals)
     g_x = g_xs[0]
