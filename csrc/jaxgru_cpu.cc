@@ -65,8 +65,8 @@ const Kernels& select_kernels(int want) {
   return kernels_generic();
 }
 
-// A phase's completion: `done` counts finished units, added once per worker and phase (after its
-// last unit, not per unit: every add moves the line between the cores, ~0.1 us, and a step at
+// A phase's completion: `done` counts finished units, added once per worker and range it ran
+// units of (not per unit: every add moves the line between the cores, ~0.1 us, and a step at
 // N = 64 has ~90 units of ~1 us).
 struct alignas(64) PhaseSync {
   std::atomic<int64_t> done;
@@ -195,9 +195,11 @@ bool work_direction(Call& c, int d, int own, int me) {
     PhaseSync& s = c.sync[d][p];
     if (s.done.load(std::memory_order_acquire) >= ph.units) continue;
     Claim* claims = &c.claims[d][p * ranges];
-    int64_t finished = 0;  // units this worker ran, added to s.done when it has no more
-    auto report = [&] {
+    int64_t finished = 0;  // units this worker ran and has not yet added to s.done
+    auto report = [&] {  // after each range: the last unit's thread then reports before it
+      // tries the next range (a claim on another owner's line), not after
       if (finished && s.done.fetch_add(finished, std::memory_order_acq_rel) + finished == ph.units) bump(c);
+      finished = 0;
     };
     const int first = own < 0 ? 0 : own;
     for (int i = 0; i < ranges; ++i) {
@@ -217,8 +219,8 @@ bool work_direction(Call& c, int d, int own, int me) {
           return false;
         }
       }
+      report();
     }
-    report();
     wait_for(c, [&] { return s.done.load(std::memory_order_acquire) >= ph.units; }, &s.late, ph.late_us, me);
   }
   return true;
