@@ -261,7 +261,7 @@ int64_t layout_dir(Layer& ly, Dir& dr, float* base) {
     dr.dc = take(N * Hp);
     dr.ghz = take(N * Hp);
     dr.dah = gru0 ? take(N * Hp) : nullptr;
-    dr.dsum = take((N + ly.rows_bwd - 1) / ly.rows_bwd * nb * (G + 1) * kBlock);
+    dr.dsum = take(ly.bwd_row_tiles() * nb * (G + 1) * kBlock);
     return used;
   }
   if (!ly.tangent) dr.wpanel = take(nb * ly.I * G * kBlock);
@@ -295,7 +295,7 @@ void init_dir_backward(Layer& ly, int d) {
   init_peepholes(ly, d);
   for (float* b : {dr.dh[0], dr.dh[1], dr.dc, dr.ghz}) std::fill(b, b + N * Hp, 0.f);
   if (dr.dah) std::fill(dr.dah, dr.dah + N * Hp, 0.f);
-  std::fill(dr.dsum, dr.dsum + (N + ly.rows_bwd - 1) / ly.rows_bwd * ly.nb * (ly.G + 1) * kBlock, 0.f);
+  std::fill(dr.dsum, dr.dsum + ly.bwd_row_tiles() * ly.nb * (ly.G + 1) * kBlock, 0.f);
   for (int64_t n = 0; n < N; ++n) {
     std::memcpy(dr.dh[0] + n * Hp, ly.dhT + (d * N + n) * H, H * sizeof(float));
     if (ly.cell == 1) std::memcpy(dr.dc + n * Hp, ly.dcT + (d * N + n) * H, H * sizeof(float));
@@ -573,12 +573,11 @@ ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::
   float* out = sums->typed_data();
   std::fill(out, out + ly.D * S * H, 0.f);
   if (ly.L == 0 || ly.N == 0) return e;
-  const int64_t nrt = (ly.N + ly.rows_bwd - 1) / ly.rows_bwd;
   for (int d = 0; d < ly.D; ++d)
-    for (int64_t rt = 0; rt < nrt; ++rt)
+    for (int64_t rt = 0; rt < ly.bwd_row_tiles(); ++rt)
       for (int64_t j = 0; j < ly.nb; ++j)
         for (int64_t g = 0; g < S; ++g) {
-          const float* v = ly.dir[d].dsum + ((rt * ly.nb + j) * (ly.G + 1) + g) * kBlock;
+          const float* v = ly.dsum_of(d, rt, j) + g * kBlock;
           float* o = out + (d * S + g) * H + j * kBlock;
           for (int64_t u = 0; u < std::min<int64_t>(kBlock, H - j * kBlock); ++u) o[u] += v[u];
         }

@@ -72,7 +72,7 @@ struct Layer {
   // c_before: y, h0, c0, res); results d(X.W^T + b) and, GRU lbr=1, the h gate's d(H.Rh^T + Rbh)
   // ([D][L][N][H]: its z, r gates' are d(X.W^T + b)'s); the cotangents of the initial states
   bool backward = false;
-  const float *gy = nullptr, *hp = nullptr, *cp = nullptr, *dhT = nullptr, *dcT = nullptr;
+  const float *gy = nullptr, *dhT = nullptr, *dcT = nullptr;
   float *dgx = nullptr, *dgh = nullptr, *dh0 = nullptr, *dc0 = nullptr;
   int rows_bwd = 1;  // rows per tile of the elementwise phase (dsum's row tiles)
   // tangent (processing order, [D][L][N][.]; tangent.inc): the part of each step's gate
@@ -83,7 +83,7 @@ struct Layer {
   // (processing order), the last states' tangents into yh / yc. The carried dH, dC use the
   // forward's h / c buffers, GRU lbr=0's dz and dr*H + r*dH its z / rh, R the forward's panels.
   bool tangent = false;
-  const float *ex = nullptr, *exh = nullptr;
+  const float *ex = nullptr, *exh = nullptr, *hp = nullptr, *cp = nullptr;
   float* dy = nullptr;
   Dir dir[2];
 
@@ -100,6 +100,9 @@ struct Layer {
     if (t == 0) return h0 + (d * N + n) * H;
     return y + ((time_of(d, t - 1, n) * D + d) * N + n) * H;
   }
+  // backward: the row tiles of its elementwise phase, and unit (rt, j)'s G + 1 sums (Dir::dsum)
+  int64_t bwd_row_tiles() const { return (N + rows_bwd - 1) / rows_bwd; }
+  float* dsum_of(int d, int64_t rt, int64_t j) const { return dir[d].dsum + (rt * nb + j) * (G + 1) * kBlock; }
   // LSTM backward: the cell state before step t: c0 at t = 0, else C of step t - 1 (the last of
   // the residuals' K blocks)
   const float* c_before(int d, int64_t t, int64_t n) const {

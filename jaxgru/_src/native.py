@@ -254,14 +254,14 @@ def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
             # (LSTM) by the call, not from per_dir's copies (those feed dR's GEMM alone)
             init = lambda k: f32(jnp.stack(pr.states[k]))
             # the sums over steps and batch of dG's gates and (GRU lbr=1) dgh: the bias gradients
-            sums = jax.ShapeDtypeStruct((d, (cfg.num_gates + lbr) * pr.hidden), jnp.float32)
+            bias_sums = jax.ShapeDtypeStruct((d, (cfg.num_gates + lbr) * pr.hidden), jnp.float32)
             if cfg.cell == "gru":  # per_dir: (gy, a_zr, a_h, lin, h_prev); lbr=1: dgh of the h gate
                 dgh = jax.ShapeDtypeStruct((d, pr.length, pr.batch, pr.hidden) if lbr else (0,), jnp.float32)
-                shapes = [dgx, dgh, st, sums]
+                shapes = [dgx, dgh, st, bias_sums]
                 y_tm = f32(y) if cfg.layout == 0 else jnp.transpose(f32(y), (1, 2, 0, 3))  # [L, D, N, H]
                 args_ = [stack(0), f32(res), y_tm, init(0), r, carry[0]]
             else:  # per_dir: (gy, a_i, a_o, a_f, a_c, C, C_prev)
-                shapes = [dgx, st, st, sums]
+                shapes = [dgx, st, st, bias_sums]
                 args_ = [stack(0), f32(res), init(1), r, _peepholes(cfg, pr), carry[0], carry[1]]
             outs = jax.ffi.ffi_call(BACKWARD_TARGETS[cfg.cell], shapes, vmap_method="sequential")(
                 *args_, clipped, **attrs)
