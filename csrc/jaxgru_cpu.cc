@@ -49,9 +49,13 @@ constexpr int kMaxRanges = 16;  // owners per direction (threads beyond that onl
 constexpr int64_t kSpinUs = 100;
 constexpr int64_t kLateUs = 1000;
 constexpr int kMaxWorkers = 2 * kMaxRanges;
+constexpr int kMaxChains = kMaxWorkers;  // (direction, row group) pairs
 // Times a thread left a call after holding up a late phase, since the module was loaded: a
 // diagnostic for tests and benchmarks (late_exits() below), never read by the kernels.
 std::atomic<uint64_t> late_exits{0};
+// Calls run in more than one row group (plan_threads), since the module was loaded: the same kind
+// of diagnostic (grouped_calls() below).
+std::atomic<uint64_t> grouped_calls{0};
 
 // The best kernels this CPU runs, at most `want` (0 best, 1 avx512, 2 avx2, 3 generic).
 const Kernels& select_kernels(int want) {
@@ -82,6 +86,7 @@ struct alignas(64) Claim {
 struct Phase {
   int kind;
   int64_t arg;
+  int64_t group;  // the row group of its chain
   int64_t nrt;    // row tiles per block
   int rows;       // rows per tile
   int64_t units;  // nb * nrt
@@ -91,23 +96,27 @@ struct Phase {
 // Phase (kind, arg) over `rows_total` rows in tiles of `rows`. A unit's time is bounded from
 // above (packing at 1 GB/s, which includes faulting its fresh pages; matmuls at 20 GFLOP/s, a
 // fifth of a core) and a wait of four such units, or kLateUs if longer, marks the phase late.
-Phase make_phase(const Layer& ly, int kind, int64_t arg, int64_t rows_total, int rows) {
+Phase make_phase(const Layer& ly, int kind, int64_t arg, int64_t group, int64_t rows_total, int rows) {
   const int64_t nrt = std::max<int64_t>(1, (rows_total + rows - 1) / rows);
   const int64_t cols = ly.G * kBlock;
   const bool pack = kind == kPack || kind == kBwdPack || kind == kTanPack;
   const int64_t bytes = pack ? 4 * cols * (ly.H + (kind == kPack ? ly.I : 0)) : 0;
   const int64_t flops = pack ? 0 : 2 * rows * cols * (kind == kProject ? ly.I : ly.H);
   const int64_t unit_us = bytes / 1000 + flops / 20000;
-  return Phase{kind, arg, nrt, rows, ly.nb * nrt, std::max<int64_t>(kLateUs, 4 * unit_us)};
+  return Phase{kind, arg, group, nrt, rows, ly.nb * nrt, std::max<int64_t>(kLateUs, 4 * unit_us)};
 }
 
+// The work of a call is chains of phases, one per direction and row group (chain ch: direction
+// ch % D, group ch / D); a direction's first phase (packing its weights) is its group 0's, and
+// the other groups wait for it.
 struct Call {
   Layer ly;
   const Kernels* k = nullptr;
-  std::vector<Phase> phases[2];
-  std::unique_ptr<PhaseSync[]> sync[2];
-  std::unique_ptr<Claim[]> claims[2];  // [phase][range]: set up by execute, once ranges are known
-  int ranges[2] = {1, 1};
+  int threads = 1, chains = 1;
+  std::vector<Phase> phases[kMaxChains];
+  std::unique_ptr<PhaseSync[]> sync[kMaxChains];
+  std::unique_ptr<Claim[]> claims[kMaxChains];  // [phase][range]: set up by execute, once ranges are known
+  int ranges[kMaxChains] = {};
   std::unique_ptr<float[]> scratch;  // not zeroed: every buffer is initialised or written before it is read
   std::atomic<bool> finished{false};
   std::atomic<int> active{0};
@@ -186,60 +195,70 @@ inline void range_of(const Call& c, const Phase& ph, int ranges, int q, int64_t*
   *hi = ((q + 1) * nb / ranges) * ph.nrt;
 }
 
-// Work through every phase of direction d from the current one; `own` is this worker's range
-// (-1: none). False: this worker finished a unit of a late phase and leaves the call.
-bool work_direction(Call& c, int d, int own, int me) {
-  const int ranges = c.ranges[d];
-  for (size_t p = 0; p < c.phases[d].size(); ++p) {
-    const Phase& ph = c.phases[d][p];
-    PhaseSync& s = c.sync[d][p];
-    if (s.done.load(std::memory_order_acquire) >= ph.units) continue;
-    Claim* claims = &c.claims[d][p * ranges];
-    int64_t finished = 0;  // units this worker ran and has not yet added to s.done
-    auto report = [&] {  // after each range: the last unit's thread then reports before it
-      // tries the next range (a claim on another owner's line), not after
-      if (finished && s.done.fetch_add(finished, std::memory_order_acq_rel) + finished == ph.units) bump(c);
-      finished = 0;
-    };
-    const int first = own < 0 ? 0 : own;
-    for (int i = 0; i < ranges; ++i) {
-      const int q = (first + i) % ranges;
-      int64_t lo, hi;
-      range_of(c, ph, ranges, q, &lo, &hi);
-      for (;;) {
-        int64_t u = lo + claims[q].next.fetch_add(1, std::memory_order_relaxed);
-        if (u >= hi) break;
-        c.slots[me].in_unit.store(true, std::memory_order_release);
-        c.k->run(c.ly, d, ph.kind, ph.arg, u, ph.rows);
-        c.slots[me].in_unit.store(false, std::memory_order_relaxed);
-        ++finished;
-        if (s.late.load(std::memory_order_relaxed)) {  // it held the others up
-          report();
-          late_exits.fetch_add(1, std::memory_order_relaxed);
-          return false;
-        }
+// Run phase p of chain ch with the other threads on it and wait for it to complete; `own` is
+// this worker's range (-1: none). False: this worker finished a unit of a late phase and leaves
+// the call.
+bool do_phase(Call& c, int ch, size_t p, int own, int me) {
+  const int ranges = c.ranges[ch];
+  const int d = ch % static_cast<int>(c.ly.D);
+  const Phase& ph = c.phases[ch][p];
+  PhaseSync& s = c.sync[ch][p];
+  if (s.done.load(std::memory_order_acquire) >= ph.units) return true;
+  Claim* claims = &c.claims[ch][p * ranges];
+  int64_t finished = 0;  // units this worker ran and has not yet added to s.done
+  auto report = [&] {  // after each range: the last unit's thread then reports before it
+    // tries the next range (a claim on another owner's line), not after
+    if (finished && s.done.fetch_add(finished, std::memory_order_acq_rel) + finished == ph.units) bump(c);
+    finished = 0;
+  };
+  const int first = own < 0 ? 0 : own;
+  for (int i = 0; i < ranges; ++i) {
+    const int q = (first + i) % ranges;
+    int64_t lo, hi;
+    range_of(c, ph, ranges, q, &lo, &hi);
+    for (;;) {
+      int64_t u = lo + claims[q].next.fetch_add(1, std::memory_order_relaxed);
+      if (u >= hi) break;
+      c.slots[me].in_unit.store(true, std::memory_order_release);
+      c.k->run(c.ly, d, ph.kind, ph.arg, ph.group, u, ph.rows);
+      c.slots[me].in_unit.store(false, std::memory_order_relaxed);
+      ++finished;
+      if (s.late.load(std::memory_order_relaxed)) {  // it held the others up
+        report();
+        late_exits.fetch_add(1, std::memory_order_relaxed);
+        return false;
       }
-      report();
     }
-    wait_for(c, [&] { return s.done.load(std::memory_order_acquire) >= ph.units; }, &s.late, ph.late_us, me);
+    report();
   }
+  wait_for(c, [&] { return s.done.load(std::memory_order_acquire) >= ph.units; }, &s.late, ph.late_us, me);
+  return true;
+}
+
+// Work through every phase of chain ch from the current one (a group after the first helps
+// with, or waits for, its direction's packing first). False: this worker leaves the call.
+bool work_chain(Call& c, int ch, int own, int me) {
+  const int D = static_cast<int>(c.ly.D);
+  if (ch >= D && !do_phase(c, ch % D, 0, -1, me)) return false;
+  for (size_t p = 0; p < c.phases[ch].size(); ++p)
+    if (!do_phase(c, ch, p, own, me)) return false;
   return true;
 }
 
 void worker(Call& c, int index) {
-  const int D = static_cast<int>(c.ly.D);
-  const int d0 = index % D;  // directions alternate over the workers
-  const int local = index / D;
-  const int own = local < c.ranges[d0] ? local : -1;
+  const int C = c.chains;
+  const int ch0 = index % C;  // chains alternate over the workers
+  const int local = index / C;
+  const int own = local < c.ranges[ch0] ? local : -1;
   c.slots[index].clock = this_thread_clock();
-  if (!work_direction(c, d0, own, index)) return;
-  for (int i = 1; i < D; ++i)  // help the other one
-    if (!work_direction(c, (d0 + i) % D, -1, index)) return;
+  if (!work_chain(c, ch0, own, index)) return;
+  for (int i = 1; i < C; ++i)  // help the others
+    if (!work_chain(c, (ch0 + i) % C, -1, index)) return;
 }
 
 // The tangent's initial state and phases (defined with its FFI handler below).
 void init_dir_tangent(Layer& ly, int d);
-void plan_tangent(Call& c, int d);
+void plan_tangent(Call& c, int ch);
 
 // Scratch of one direction: sets its pointers from `base` (nullptr: only counts) and returns
 // its size in floats. Every buffer starts on a 64-byte boundary. The tangent has the forward's
@@ -325,51 +344,64 @@ void init_dir(Layer& ly, int d) {
   if (dr.rh) std::fill(dr.rh, dr.rh + N * Hp, 0.f);
 }
 
-void finish_plan(Call& c, int d);
+void finish_plan(Call& c, int ch);
 
-void plan_phases(Call& c, int d) {
+// Appends phase (kind, arg) over `rows_total` rows of chain ch in tiles of `rows`.
+struct Planner {
+  Call& c;
+  int ch;
+  int64_t group, rows;  // the chain's group and its row count
+  Planner(Call& call, int chain) : c(call), ch(chain), group(chain / call.ly.D) {
+    int64_t lo, hi;
+    c.ly.group_rows(group, &lo, &hi);
+    rows = hi - lo;
+  }
+  // the packing phase is group 0's (the other groups of the direction wait for it)
+  void pack(int kind) {
+    if (group == 0) add(kind, 0, 1, 1);
+  }
+  void add(int kind, int64_t arg, int64_t rows_total, int tile) {
+    c.phases[ch].push_back(make_phase(c.ly, kind, arg, group, rows_total, tile));
+  }
+};
+
+void plan_phases(Call& c, int ch) {
   const Layer& ly = c.ly;
-  std::vector<Phase>& ph = c.phases[d];
+  Planner pl(c, ch);
   const int cell = ly.cell;
   const int rs = c.k->rows_step[cell][0], rb = c.k->rows_step[cell][1];
-  auto add = [&](int kind, int64_t arg, int64_t rows_total, int rows) {
-    ph.push_back(make_phase(ly, kind, arg, rows_total, rows));
-  };
-  add(kPack, 0, 1, 1);
+  pl.pack(kPack);
   const int64_t chunks = (ly.L + ly.chunk - 1) / ly.chunk;
-  for (int64_t ch = 0; ch < chunks; ++ch) {
-    const int64_t t0 = ch * ly.chunk, t1 = std::min(ly.L, t0 + ly.chunk);
-    add(kProject, ch, (t1 - t0) * ly.N, c.k->rows_proj);
+  for (int64_t k = 0; k < chunks; ++k) {
+    const int64_t t0 = k * ly.chunk, t1 = std::min(ly.L, t0 + ly.chunk);
+    pl.add(kProject, k, (t1 - t0) * pl.rows, c.k->rows_proj);
     for (int64_t t = t0; t < t1; ++t) {
-      add(kStep, t, ly.N, rs);
-      if (cell == 0 && !ly.lbr) add(kStepB, t, ly.N, rb);
+      pl.add(kStep, t, pl.rows, rs);
+      if (cell == 0 && !ly.lbr) pl.add(kStepB, t, pl.rows, rb);
     }
   }
-  finish_plan(c, d);
+  finish_plan(c, ch);
 }
 
-void plan_backward(Call& c, int d) {
+void plan_backward(Call& c, int ch) {
   const Layer& ly = c.ly;
-  std::vector<Phase>& ph = c.phases[d];
+  Planner pl(c, ch);
   const int rows = ly.rows_bwd;
-  auto add = [&](int kind, int64_t arg, int64_t rows_total, int r) {
-    ph.push_back(make_phase(ly, kind, arg, rows_total, r));
-  };
-  add(kBwdPack, 0, 1, 1);
+  pl.pack(kBwdPack);
   for (int64_t t = ly.L - 1; t >= 0; --t) {
-    add(kBwdElem, t, ly.N, rows);
-    if (ly.cell == 0 && !ly.lbr) add(kBwdRh, t, ly.N, rows);
-    add(kBwdMat, t, ly.N, rows);
+    pl.add(kBwdElem, t, pl.rows, rows);
+    if (ly.cell == 0 && !ly.lbr) pl.add(kBwdRh, t, pl.rows, rows);
+    pl.add(kBwdMat, t, pl.rows, rows);
   }
-  finish_plan(c, d);
+  finish_plan(c, ch);
 }
 
-void finish_plan(Call& c, int d) {
-  std::vector<Phase>& ph = c.phases[d];
-  c.sync[d].reset(new PhaseSync[ph.size()]);
+void finish_plan(Call& c, int ch) {
+  std::vector<Phase>& ph = c.phases[ch];
+  c.sync[ch].reset(new PhaseSync[ph.size()]);
   for (size_t i = 0; i < ph.size(); ++i) {
-    c.sync[d][i].done.store(0, std::memory_order_relaxed);
-    c.sync[d][i].late.store(false, std::memory_order_relaxed);
+    c.sync[ch][i].done.store(0, std::memory_order_relaxed);
+    c.sync[ch][i].late.store(false, std::memory_order_relaxed);
   }
 }
 
@@ -422,43 +454,57 @@ void prepare(Call& c) {
   base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t(63));
   for (int d = 0; d < ly.D; ++d) {
     base += layout_dir(ly, ly.dir[d], base);
-    if (ly.tangent) {
-      init_dir_tangent(ly, d);
-      plan_tangent(c, d);
-    } else if (ly.backward) {
-      init_dir_backward(ly, d);
-      plan_backward(c, d);
-    } else {
-      init_dir(ly, d);
-      plan_phases(c, d);
-    }
+    if (ly.tangent) init_dir_tangent(ly, d);
+    else if (ly.backward) init_dir_backward(ly, d);
+    else init_dir(ly, d);
+  }
+  for (int ch = 0; ch < c.chains; ++ch) {
+    if (ly.tangent) plan_tangent(c, ch);
+    else if (ly.backward) plan_backward(c, ch);
+    else plan_phases(c, ch);
   }
 }
 
-// Run every phase: the caller's thread and up to T-1 tasks on XLA's intra-op pool.
-void execute(const std::shared_ptr<Call>& call, ffi::ThreadPool& pool, int64_t cap) {
-  Call& c = *call;
-  const Layer& ly = c.ly;
-  // threads: XLA's intra-op pool size (or the caller's cap), fewer where a step is too small
-  // to share: every step ends with its threads meeting (~0.1-0.3 us), so keep >= 16 kFLOP
-  // (~0.2 us) per thread and step. At batch 1 a second thread also halves the part of R each
-  // core streams (LSTM H = 256: 1 MiB, more than one core's L2). A thread that loses its core
-  // costs one stall (the header comment), so this holds on a busy machine too.
-  // JAXGRU_CPU_THREADS (`cap`) asks for that many, at most one per block of 16 units.
+// The call's threads and row groups. Threads: XLA's intra-op pool size (or the caller's cap),
+// fewer where a step is too small to share: threads that share a step meet at its end
+// (~0.1-0.3 us), so keep >= 16 kFLOP (~0.2 us) per thread and step. At batch 1 a second thread
+// also halves the part of R each core streams (LSTM H = 256: 1 MiB, more than one core's L2).
+// A thread that loses its core costs one stall (the header comment), so this holds on a busy
+// machine too. JAXGRU_CPU_THREADS (`cap`) asks for that many, at most one per block of 16 units
+// and row group. Row groups: where each thread of a direction can have a group of at least one
+// full row tile and R is small (<= kGroupR), the rows are split into one group per thread, and
+// the threads never meet per step nor read the hidden state another core wrote. Each core then
+// reads all of R instead of its blocks' part: at LSTM H = 1024 (16 MiB) the forward ran 1.14x
+// slower that way, at H = 64-128 and N = 16 0.85-0.92x of the time of threads meeting per step
+// (benchmarks/cpu_native_ab.py --wall).
+constexpr int64_t kGroupR = 512 << 10;
+void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
+  Layer& ly = c.ly;
   const int64_t avail = std::max<int64_t>(1, pool.num_threads());
   const int64_t step_flops = 2 * ly.N * ly.G * ly.H * ly.H * ly.D;
   int64_t threads = cap > 0 ? cap : std::min<int64_t>(avail, std::max<int64_t>(1, step_flops / 16384));
-  threads = std::min<int64_t>({threads, ly.nb * ly.D, int64_t{kMaxWorkers}});
-  for (int d = 0; d < ly.D; ++d) {
-    int64_t mine = (threads + (ly.D - 1 - d)) / ly.D;  // workers d, d+D, ...
-    c.ranges[d] = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({mine, kMaxRanges, ly.nb})));
+  threads = std::min<int64_t>(threads, kMaxWorkers);
+  const int64_t tile = ly.backward ? ly.rows_bwd : c.k->rows_step[ly.cell][0];
+  const bool small_r = 4 * ly.G * ly.H * ly.H <= kGroupR;
+  ly.groups = small_r ? std::max<int64_t>(1, std::min<int64_t>(threads / ly.D, ly.N / tile)) : 1;
+  c.threads = static_cast<int>(std::min<int64_t>(threads, ly.nb * ly.D * ly.groups));
+  c.chains = static_cast<int>(ly.D * ly.groups);
+  if (ly.groups > 1) grouped_calls.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Run every phase: the caller's thread and up to T-1 tasks on XLA's intra-op pool.
+void execute(const std::shared_ptr<Call>& call, ffi::ThreadPool& pool) {
+  Call& c = *call;
+  const int T = c.threads, C = c.chains;
+  for (int ch = 0; ch < C; ++ch) {
+    int64_t mine = (T + (C - 1 - ch)) / C;  // workers ch, ch+C, ...
+    c.ranges[ch] = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({mine, kMaxRanges, c.ly.nb})));
   }
-  for (int d = 0; d < ly.D; ++d) {
-    const size_t n = c.phases[d].size() * static_cast<size_t>(c.ranges[d]);
-    c.claims[d].reset(new Claim[n]);
-    for (size_t i = 0; i < n; ++i) c.claims[d][i].next.store(0, std::memory_order_relaxed);
+  for (int ch = 0; ch < C; ++ch) {
+    const size_t n = c.phases[ch].size() * static_cast<size_t>(c.ranges[ch]);
+    c.claims[ch].reset(new Claim[n]);
+    for (size_t i = 0; i < n; ++i) c.claims[ch][i].next.store(0, std::memory_order_relaxed);
   }
-  const int T = static_cast<int>(threads);
   for (int i = 1; i < T; ++i) {
     pool.Schedule([call, i]() {
       Call& cc = *call;
@@ -471,9 +517,9 @@ void execute(const std::shared_ptr<Call>& call, ffi::ThreadPool& pool, int64_t c
   worker(c, 0);
   c.finished.store(true);  // a task that starts from now on does nothing
   // the caller's worker may have left the call early (a late phase): wait for the others
-  for (int d = 0; d < ly.D; ++d) {
-    const PhaseSync& last = c.sync[d][c.phases[d].size() - 1];
-    const int64_t units = c.phases[d].back().units;
+  for (int ch = 0; ch < C; ++ch) {
+    const PhaseSync& last = c.sync[ch][c.phases[ch].size() - 1];
+    const int64_t units = c.phases[ch].back().units;
     wait_for(c, [&] { return last.done.load(std::memory_order_acquire) >= units; }, nullptr, kLateUs, 0);
   }
   wait_for(c, [&] { return c.active.load() == 0; }, nullptr, kLateUs, 0);
@@ -493,8 +539,9 @@ ffi::Error run_and_finish(const std::shared_ptr<Call>& call, ffi::ThreadPool& po
     if (out_c) std::memcpy(out_c, in_c, states);
     return ffi::Error::Success();
   }
+  plan_threads(*call, pool, threads);
   prepare(*call);
-  execute(call, pool, threads);
+  execute(call, pool);
   for (int d = 0; d < ly.D; ++d) {
     const float* hf = cotangents ? ly.dir[d].dh[ly.L & 1] : ly.dir[d].h[ly.L & 1];
     const float* cf = cotangents ? ly.dir[d].dc : ly.dir[d].c;
@@ -598,19 +645,16 @@ void init_dir_tangent(Layer& ly, int d) {
   }
 }
 
-void plan_tangent(Call& c, int d) {
+void plan_tangent(Call& c, int ch) {
   const Layer& ly = c.ly;
-  std::vector<Phase>& ph = c.phases[d];
+  Planner pl(c, ch);
   const int rs = c.k->rows_step[ly.cell][0], rb = c.k->rows_step[ly.cell][1];
-  auto add = [&](int kind, int64_t arg, int64_t rows_total, int rows) {
-    ph.push_back(make_phase(ly, kind, arg, rows_total, rows));
-  };
-  add(kTanPack, 0, 1, 1);
+  pl.pack(kTanPack);
   for (int64_t t = 0; t < ly.L; ++t) {
-    add(kTanStep, t, ly.N, rs);
-    if (ly.cell == 0 && !ly.lbr) add(kTanStepB, t, ly.N, rb);
+    pl.add(kTanStep, t, pl.rows, rs);
+    if (ly.cell == 0 && !ly.lbr) pl.add(kTanStepB, t, pl.rows, rb);
   }
-  finish_plan(c, d);
+  finish_plan(c, ch);
 }
 
 // The tangent recurrence (the serial part; its non-recurrent terms `ex`/`exh` are GEMMs over all
@@ -829,10 +873,15 @@ PyObject* late_exits(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(jaxgru_cpu::late_exits.load(std::memory_order_relaxed));
 }
 
+PyObject* grouped_calls(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(jaxgru_cpu::grouped_calls.load(std::memory_order_relaxed));
+}
+
 PyMethodDef methods[] = {
     {"registrations", registrations, METH_NOARGS, "FFI target name -> PyCapsule of its handler."},
     {"isa", isa, METH_O, "The kernels used for a requested ISA (0 best, 1 avx512, 2 avx2, 3 generic)."},
     {"late_exits", late_exits, METH_NOARGS, "Threads that left a call after holding up a phase, so far."},
+    {"grouped_calls", grouped_calls, METH_NOARGS, "Calls that ran their rows in more than one group, so far."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jaxgru_cpu", "jaxgru's native CPU lowering (XLA FFI).", -1,

@@ -100,8 +100,34 @@ struct Layer {
     if (t == 0) return h0 + (d * N + n) * H;
     return y + ((time_of(d, t - 1, n) * D + d) * N + n) * H;
   }
+  // Row groups: the batch rows split into `groups` ranges, each run as its own chain of phases
+  // (rows never depend on other rows, so the threads of different groups never meet per step).
+  // Row tiles are numbered group by group, tiles_per_group of them each (a group with fewer rows
+  // leaves its last numbers unused); within a group its rows are split as evenly as they go
+  // (N = 32 on 6-row tiles: 5,5,5,5,6,6 rather than 6,6,6,6,6,2, whose 2-row tile ran at a
+  // fraction of the rate of the others).
+  int64_t groups = 1;
+  void group_rows(int64_t g, int64_t* lo, int64_t* hi) const {
+    *lo = g * N / groups;
+    *hi = (g + 1) * N / groups;
+  }
+  int64_t tiles_in_group(int64_t g, int rows) const {
+    int64_t lo, hi;
+    group_rows(g, &lo, &hi);
+    return (hi - lo + rows - 1) / rows;
+  }
+  int64_t tiles_per_group(int rows) const { return ((N + groups - 1) / groups + rows - 1) / rows; }
+  // rows [*n0, *n1) of row tile rt of tiles of at most `rows` rows
+  void tile_rows(int64_t rt, int rows, int64_t* n0, int64_t* n1) const {
+    const int64_t tpg = tiles_per_group(rows), g = rt / tpg, i = rt % tpg;
+    int64_t lo, hi;
+    group_rows(g, &lo, &hi);
+    const int64_t nt = (hi - lo + rows - 1) / rows;
+    *n0 = i < nt ? lo + i * (hi - lo) / nt : hi;
+    *n1 = i < nt ? lo + (i + 1) * (hi - lo) / nt : hi;
+  }
   // backward: the row tiles of its elementwise phase, and unit (rt, j)'s G + 1 sums (Dir::dsum)
-  int64_t bwd_row_tiles() const { return (N + rows_bwd - 1) / rows_bwd; }
+  int64_t bwd_row_tiles() const { return groups * tiles_per_group(rows_bwd); }
   float* dsum_of(int d, int64_t rt, int64_t j) const { return dir[d].dsum + (rt * nb + j) * (G + 1) * kBlock; }
   // LSTM backward: the cell state before step t: c0 at t = 0, else C of step t - 1 (the last of
   // the residuals' K blocks)
@@ -111,7 +137,8 @@ struct Layer {
   }
 };
 
-// Phases of one direction's work, in order. Every phase is a set of independent units.
+// Phases of one chain's work (a direction's row group), in order. Every phase is a set of
+// independent units.
 enum PhaseKind : int32_t { kPack = 0, kProject, kStep, kStepB,
                            kBwdPack, kBwdElem, kBwdRh, kBwdMat,
                            kTanPack, kTanStep, kTanStepB };
@@ -122,8 +149,9 @@ struct Kernels {
   int rows_proj;           // rows (batch x step) per input-projection tile
   int rows_step[2][2];     // [cell][phase] rows per recurrence tile (GRU lbr=0 has 2 phases)
   int rows_bwd;            // rows per backward matmul tile (one 16-unit block, G = 1)
-  // Run unit `unit` of phase (kind, arg) of direction d. `rows` is the tile's row count.
-  void (*run)(const Layer& layer, int d, int kind, int64_t arg, int64_t unit, int rows);
+  // Run unit `unit` of phase (kind, arg) of direction d, row group `group`. `rows` is the
+  // tile's row count.
+  void (*run)(const Layer& layer, int d, int kind, int64_t arg, int64_t group, int64_t unit, int rows);
 };
 
 const Kernels& kernels_avx512();

@@ -259,6 +259,36 @@ def test_gradients_match_xla_at_many_blocks_and_uneven_row_tiles(cell, opts):
     chex.assert_trees_all_close(grad("cpu"), grad("xla"), atol=5e-5, rtol=1e-4)
 
 
+GROUP_CASES = [("gru", {"linear_before_reset": 0}), ("gru", {"linear_before_reset": 1}),
+               ("lstm", {"peep": True, "input_forget": 1})]
+
+
+@pytest.mark.parametrize(("cell", "opts"), GROUP_CASES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(GROUP_CASES)])
+@pytest.mark.parametrize(("direction", "threads"), [("forward", "2"), ("bidirectional", "4")])
+def test_row_groups_match_xla(monkeypatch, cell, opts, direction, threads):
+    """Rows split into one group per thread (each group's steps on their own, csrc plan_threads):
+    17 rows make groups of 8 and 9 rows and uneven tiles in them, the lengths include 0 and differ
+    within a group; the forward, grad and jvp equal xla's, and the calls did run grouped."""
+    monkeypatch.setenv(native.THREADS_ENV, threads)
+    lens = [6, 1, 0, 3, 6, 2, 5, 6, 1, 3, 6, 0, 2, 4, 6, 6, 5]
+    case = random_case(np.random.default_rng(21), cell, L=6, N=17, I=5, H=40, direction=direction,
+                       h0=True, lens=lens, **opts)
+    fn = jaxgru.gru if cell == "gru" else jaxgru.lstm
+    kw = case.kwargs(0)
+    mod, _ = native._module()
+    before = mod.grouped_calls()
+    jax.clear_caches()  # the threads are read when a call is lowered
+    _check(case, ort=False)
+
+    def grad(backend):
+        f = lambda p, x: jnp.sum(jnp.sin(fn(p, x, **kw, backend=backend)[0]))
+        return jax.jit(jax.grad(f, argnums=(0, 1)))(case.params, case.x)
+
+    chex.assert_trees_all_close(grad("cpu"), grad("xla"), atol=5e-5, rtol=1e-4)
+    _check_jvp(case, atol=5e-5, rtol=1e-4)
+    assert mod.grouped_calls() - before >= 4  # forward, forward + backward (grad), tangent
+
+
 @pytest.mark.parametrize("wrong", [None, "dgh", "y", "res", "sums"])
 def test_backward_target_rejects_operands_and_results_of_the_wrong_size(wrong):
     """The GRU lbr=1 backward reads the forward's Y ([L, D, N, H]) and residuals ([D, L, N, 4H])
