@@ -4,12 +4,14 @@ thread each, process CPU seconds, medians) with onnxruntime and PyTorch, the ord
 builds and peers rotated every round.
 
     python benchmarks/cpu_native_ab.py before=/tmp/old/_jaxgru_cpu.so after=jaxgru/_jaxgru_cpu*.so \
-        [--only N=1] [--repeats 9] [--L 1]
+        [--only N=1] [--repeats 9] [--L 1] [--wall]
 
 Each build's FFI targets are registered under ``NAME_<target>``; jaxgru-cpu is lowered once per
 build with native.TARGETS / BACKWARD_TARGETS pointing at that build's names. ``--L`` overrides
 the cases' sequence length (``--L 1`` vs the default splits a call's fixed cost from its
-per-step cost). Prints one line per case (ms, and the ratio over the best peer).
+per-step cost). ``--wall`` measures a change in how a call's threads share it instead: every
+peer with its default threads, wall time, a sample as many back-to-back calls as the suite's
+(run.py). Prints one line per case (ms, and the ratio over the best peer).
 
 The first build listed ran ~15% slower at batch 1 than an identical copy listed after it (two
 copies of one .so, rotated order; the cause was not found): list a throwaway copy first and
@@ -32,8 +34,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import jax
 import peers
 from _timing import interleaved_medians
+from cases import FULL
 from cpu_native import FORWARD, TRAIN
 from peers import JaxgruPeer, OnnxRuntimePeer, TorchPeer, Unsupported, make_data
+from run import calls_per_sample
 
 from jaxgru._src import native
 
@@ -56,16 +60,19 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="cases whose name contains this text")
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--L", type=int, default=0, help="override the sequence length")
+    ap.add_argument("--wall", action="store_true", help="default threads, wall time")
+    ap.add_argument("--full", action="store_true", help="the suite's cases (cases.FULL)")
     args = ap.parse_args(argv)
-    os.environ[native.THREADS_ENV] = "1"
-    peers.THREADS = 1
+    if not args.wall:
+        os.environ[native.THREADS_ENV] = "1"
+        peers.THREADS = 1
     builds = [b.split("=", 1) for b in args.builds]
     for name, path in builds:
         load_build(name, path)
     if not native.available():
         raise SystemExit("the native CPU extension of this checkout is not built")
     targets, backward = dict(native.TARGETS), dict(native.BACKWARD_TARGETS)
-    for case in [c for c in FORWARD + TRAIN if args.only in c.name]:
+    for case in [c for c in (FULL if args.full else FORWARD + TRAIN) if args.only in c.name]:
         if args.L:
             case = dataclasses.replace(case, L=args.L)
         data = make_data(case)
@@ -82,7 +89,15 @@ def main(argv=None) -> int:
                 fns[peer.name]()
             except Unsupported:
                 pass
-        med = interleaved_medians(fns, args.repeats, clock=time.process_time, rotate=True)
+        if args.wall:
+            warm = {}
+            for name, fn in fns.items():
+                t = time.perf_counter()
+                fn()
+                warm[name] = time.perf_counter() - t
+            med = interleaved_medians(fns, args.repeats, inner=calls_per_sample(warm, 5e-3), rotate=True)
+        else:
+            med = interleaved_medians(fns, args.repeats, clock=time.process_time, rotate=True)
         med = {k: v * 1e3 for k, v in med.items()}
         best = min(v for k, v in med.items() if k in ("onnxruntime", "torch"))
         print(case.name, " ".join(f"{k}={v:.3f}({v / best:.2f})" for k, v in med.items()), flush=True)
