@@ -217,12 +217,16 @@ bool do_phase(Call& c, int ch, size_t p, int own, int me) {
     int64_t lo, hi;
     range_of(c, ph, ranges, q, &lo, &hi);
     for (;;) {
-      int64_t u = lo + claims[q].next.fetch_add(1, std::memory_order_relaxed);
+      // up to 4 units per claim while many are left: a claim is a locked add, which waits for
+      // the stores of the unit before it (~7% of an LSTM forward at N = 64 was spent there)
+      const int64_t left = hi - lo - claims[q].next.load(std::memory_order_relaxed);
+      const int64_t take = left >= 16 ? 4 : (left >= 8 ? 2 : 1);
+      int64_t u = lo + claims[q].next.fetch_add(take, std::memory_order_relaxed);
       if (u >= hi) break;
+      const int64_t end = std::min(hi, u + take);
       c.slots[me].in_unit.store(true, std::memory_order_release);
-      c.k->run(c.ly, d, ph.kind, ph.arg, ph.group, u, ph.rows);
+      for (; u < end; ++u, ++finished) c.k->run(c.ly, d, ph.kind, ph.arg, ph.group, u, ph.rows);
       c.slots[me].in_unit.store(false, std::memory_order_relaxed);
-      ++finished;
       if (s.late.load(std::memory_order_relaxed)) {  // it held the others up
         report();
         late_exits.fetch_add(1, std::memory_order_relaxed);
