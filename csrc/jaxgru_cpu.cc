@@ -284,6 +284,8 @@ int64_t layout_dir(Layer& ly, Dir& dr, float* base) {
     dr.dc = take(N * Hp);
     dr.ghz = take(N * Hp);
     dr.dah = gru0 ? take(N * Hp) : nullptr;
+    dr.dg = take(N * G * ly.H);
+    dr.dgh = ly.dgh ? take(N * ly.H) : nullptr;
     dr.dsum = take(ly.bwd_row_tiles() * nb * (G + 1) * kBlock);
     return used;
   }

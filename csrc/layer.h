@@ -45,6 +45,8 @@ struct Dir {
   float* dc = nullptr;       // [N][Hp]: LSTM, the cotangent of C (tile-local)
   float* ghz = nullptr;      // [N][Hp]: the part of dH_prev that is not a matmul
   float* dah = nullptr;      // [N][Hp]: GRU lbr=0, d(a_h), the operand of d(r*H) = dah . Rh
+  float* dg = nullptr;       // [N][G*H]: the step's d(X.W^T + b), the operand of dG . R
+  float* dgh = nullptr;      // [N][H]: GRU lbr=1, the step's dgh (the h gate's part of dG . R)
   // [row tile][block][G + 1][16]: per unit of the elementwise phase, its rows' sums over the
   // steps of d(X.W^T + b) per gate and (GRU lbr=1) of dgh; summed over row tiles at the end,
   // they are the bias gradients (a unit runs one step at a time, so no two threads add at once)
@@ -70,7 +72,9 @@ struct Layer {
   // backward (processing order, [D][L][N][.]): the cotangent of Y per step and the forward's
   // residuals; the states before each step are read where the forward left them (h_before,
   // c_before: y, h0, c0, res); results d(X.W^T + b) and, GRU lbr=1, the h gate's d(H.Rh^T + Rbh)
-  // ([D][L][N][H]: its z, r gates' are d(X.W^T + b)'s); the cotangents of the initial states
+  // (its z, r gates' are d(X.W^T + b)'s), both transposed: [D][G*H or H][L][N], so the weight
+  // gradients' GEMMs over steps and batch (XLA's, native.py) read them without a copy; the
+  // cotangents of the initial states
   bool backward = false;
   const float *gy = nullptr, *dhT = nullptr, *dcT = nullptr;
   float *dgx = nullptr, *dgh = nullptr, *dh0 = nullptr, *dc0 = nullptr;

@@ -249,14 +249,17 @@ def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
             ops = _stacked(pr, per_dir, carry0, lens)
             stack, carry, st, clipped, r = ops.stack, ops.carry, ops.state, ops.lens, ops.r
             d = len(per_dir)
-            dgx = jax.ShapeDtypeStruct((d, pr.length, pr.batch, cfg.num_gates * pr.hidden), jnp.float32)
+            # dG per direction transposed, [D, G·H, L, N]: the weight gradients' GEMMs over steps
+            # and batch take it as it is (XLA folds the transpose below into them); in the order
+            # the steps emit it, [L, N, G·H], each would first copy it to that layout
+            dgx = jax.ShapeDtypeStruct((d, cfg.num_gates * pr.hidden, pr.length, pr.batch), jnp.float32)
             # the states before each step are read from Y and h0 (GRU) or the residuals and c0
             # (LSTM) by the call, not from per_dir's copies (those feed dR's GEMM alone)
             init = lambda k: f32(jnp.stack(pr.states[k]))
             # the sums over steps and batch of dG's gates and (GRU lbr=1) dgh: the bias gradients
             bias_sums = jax.ShapeDtypeStruct((d, (cfg.num_gates + lbr) * pr.hidden), jnp.float32)
             if cfg.cell == "gru":  # per_dir: (gy, a_zr, a_h, lin, h_prev); lbr=1: dgh of the h gate
-                dgh = jax.ShapeDtypeStruct((d, pr.length, pr.batch, pr.hidden) if lbr else (0,), jnp.float32)
+                dgh = jax.ShapeDtypeStruct((d, pr.hidden, pr.length, pr.batch) if lbr else (0,), jnp.float32)
                 shapes = [dgx, dgh, st, bias_sums]
                 y_tm = f32(y) if cfg.layout == 0 else jnp.transpose(f32(y), (1, 2, 0, 3))  # [L, D, N, H]
                 args_ = [stack(0), f32(res), y_tm, init(0), r, carry[0]]
@@ -266,12 +269,13 @@ def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
             outs = jax.ffi.ffi_call(BACKWARD_TARGETS[cfg.cell], shapes, vmap_method="sequential")(
                 *args_, clipped, **attrs)
             cd = pr.dtype
+            steps = lambda a: jnp.transpose(a, (1, 2, 0)).astype(cd)  # [G·H, L, N] -> [L, N, G·H]
             if cfg.cell == "gru":
                 first = tuple((outs[2][k].astype(cd),) for k in range(d))
-                emits = tuple((outs[0][k].astype(cd), outs[1][k].astype(cd) if lbr else None) for k in range(d))
+                emits = tuple((steps(outs[0][k]), steps(outs[1][k]) if lbr else None) for k in range(d))
             else:
                 first = tuple((outs[1][k].astype(cd), outs[2][k].astype(cd)) for k in range(d))
-                emits = tuple((outs[0][k].astype(cd), None) for k in range(d))
+                emits = tuple((steps(outs[0][k]), None) for k in range(d))
             gh = cfg.num_gates * pr.hidden
             sums = tuple((outs[-1][k, :gh].astype(cd), outs[-1][k, gh:].astype(cd) if lbr else None) for k in range(d))
             return first, emits, sums
