@@ -62,6 +62,16 @@ def settle(max_s: float = 0.05) -> None:
         time.sleep(0.0005)
 
 
+def warm_seconds(candidates: dict[str, Callable[[], object]]) -> dict[str, float]:
+    """One warm call of each candidate, its wall seconds (sizes samples and rounds)."""
+    out = {}
+    for name, fn in candidates.items():
+        t = time.perf_counter()
+        block(fn())
+        out[name] = time.perf_counter() - t
+    return out
+
+
 def interleaved_medians(
     candidates: dict[str, Callable[[], object]],
     repeats: int,

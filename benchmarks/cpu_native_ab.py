@@ -33,11 +33,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import jax
 import peers
-from _timing import interleaved_medians
+from _timing import interleaved_medians, warm_seconds
 from cases import FULL
 from cpu_native import FORWARD, TRAIN
 from peers import JaxgruPeer, OnnxRuntimePeer, TorchPeer, Unsupported, make_data
-from run import calls_per_sample
+from run import SAMPLE_MS, calls_per_sample
 
 from jaxgru._src import native
 
@@ -90,12 +90,8 @@ def main(argv=None) -> int:
             except Unsupported:
                 pass
         if args.wall:
-            warm = {}
-            for name, fn in fns.items():
-                t = time.perf_counter()
-                fn()
-                warm[name] = time.perf_counter() - t
-            med = interleaved_medians(fns, args.repeats, inner=calls_per_sample(warm, 5e-3), rotate=True)
+            inner = calls_per_sample(warm_seconds(fns), SAMPLE_MS / 1e3)
+            med = interleaved_medians(fns, args.repeats, inner=inner, rotate=True)
         else:
             med = interleaved_medians(fns, args.repeats, clock=time.process_time, rotate=True)
         med = {k: v * 1e3 for k, v in med.items()}

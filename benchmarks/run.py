@@ -24,11 +24,12 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 
 import numpy as np
 import roofline
-from _timing import interleaved_medians, save
+from _timing import interleaved_medians, save, warm_seconds
 from cases import FULL, QUICK, Case
 from peers import JaxgruPeer, Unsupported, all_peers, make_data
 
 COMPARED = ("onnxruntime", "torch", "torch-cuda")  # the peers jaxgru must beat (forward)
+SAMPLE_MS = 5.0  # a timed sample lasts at least this long for the fastest peer (calls_per_sample)
 
 
 def _memory_mb(peer) -> float | None:
@@ -81,11 +82,7 @@ def run_case(case: Case, peers, repeats: int, budget_s: float, min_sample_s: flo
             skipped[peer.name] = str(e)
     agree = _agreement(case, data, built)
     # one warm call of each peer tells the cost of a call, of a sample and of a round
-    warm = {}
-    for name, fn in fns.items():
-        t = time.perf_counter()
-        fn()
-        warm[name] = time.perf_counter() - t
+    warm = warm_seconds(fns)
     inner = calls_per_sample(warm, min_sample_s)
     per_round = inner * sum(warm.values())
     rounds = int(min(repeats, max(3, budget_s / max(per_round, 1e-6))))
@@ -175,7 +172,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=None, help="seconds of timed rounds per case")
     ap.add_argument("--only", default=None, help="run cases whose name contains this text")
     ap.add_argument("--peers", default=None, help="comma-separated peer names to run")
-    ap.add_argument("--sample-ms", type=float, default=5.0,
+    ap.add_argument("--sample-ms", type=float, default=SAMPLE_MS,
                     help="calls per timed sample: enough for this many ms of the fastest peer (0: one call)")
     ap.add_argument("--out", default=None, help="write the JSON here instead of benchmarks/results/")
     args = ap.parse_args(argv)

@@ -86,7 +86,6 @@ struct alignas(64) Claim {
 struct Phase {
   int kind;
   int64_t arg;
-  int64_t group;  // the row group of its chain
   int64_t nrt;    // row tiles per block
   int rows;       // rows per tile
   int64_t units;  // nb * nrt
@@ -96,14 +95,14 @@ struct Phase {
 // Phase (kind, arg) over `rows_total` rows in tiles of `rows`. A unit's time is bounded from
 // above (packing at 1 GB/s, which includes faulting its fresh pages; matmuls at 20 GFLOP/s, a
 // fifth of a core) and a wait of four such units, or kLateUs if longer, marks the phase late.
-Phase make_phase(const Layer& ly, int kind, int64_t arg, int64_t group, int64_t rows_total, int rows) {
+Phase make_phase(const Layer& ly, int kind, int64_t arg, int64_t rows_total, int rows) {
   const int64_t nrt = std::max<int64_t>(1, (rows_total + rows - 1) / rows);
   const int64_t cols = ly.G * kBlock;
   const bool pack = kind == kPack || kind == kBwdPack || kind == kTanPack;
   const int64_t bytes = pack ? 4 * cols * (ly.H + (kind == kPack ? ly.I : 0)) : 0;
   const int64_t flops = pack ? 0 : 2 * rows * cols * (kind == kProject ? ly.I : ly.H);
   const int64_t unit_us = bytes / 1000 + flops / 20000;
-  return Phase{kind, arg, group, nrt, rows, ly.nb * nrt, std::max<int64_t>(kLateUs, 4 * unit_us)};
+  return Phase{kind, arg, nrt, rows, ly.nb * nrt, std::max<int64_t>(kLateUs, 4 * unit_us)};
 }
 
 // The work of a call is chains of phases, one per direction and row group (chain ch: direction
@@ -200,7 +199,7 @@ inline void range_of(const Call& c, const Phase& ph, int ranges, int q, int64_t*
 // the call.
 bool do_phase(Call& c, int ch, size_t p, int own, int me) {
   const int ranges = c.ranges[ch];
-  const int d = ch % static_cast<int>(c.ly.D);
+  const int D = static_cast<int>(c.ly.D), d = ch % D, group = ch / D;
   const Phase& ph = c.phases[ch][p];
   PhaseSync& s = c.sync[ch][p];
   if (s.done.load(std::memory_order_acquire) >= ph.units) return true;
@@ -225,7 +224,7 @@ bool do_phase(Call& c, int ch, size_t p, int own, int me) {
       if (u >= hi) break;
       const int64_t end = std::min(hi, u + take);
       c.slots[me].in_unit.store(true, std::memory_order_release);
-      for (; u < end; ++u, ++finished) c.k->run(c.ly, d, ph.kind, ph.arg, ph.group, u, ph.rows);
+      for (; u < end; ++u, ++finished) c.k->run(c.ly, d, ph.kind, ph.arg, group, u, ph.rows);
       c.slots[me].in_unit.store(false, std::memory_order_relaxed);
       if (s.late.load(std::memory_order_relaxed)) {  // it held the others up
         report();
@@ -367,7 +366,7 @@ struct Planner {
     if (group == 0) add(kind, 0, 1, 1);
   }
   void add(int kind, int64_t arg, int64_t rows_total, int tile) {
-    c.phases[ch].push_back(make_phase(c.ly, kind, arg, group, rows_total, tile));
+    c.phases[ch].push_back(make_phase(c.ly, kind, arg, rows_total, tile));
   }
 };
 

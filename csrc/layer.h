@@ -123,10 +123,9 @@ struct Layer {
   int64_t tiles_per_group(int rows) const { return ((N + groups - 1) / groups + rows - 1) / rows; }
   // rows [*n0, *n1) of row tile rt of tiles of at most `rows` rows
   void tile_rows(int64_t rt, int rows, int64_t* n0, int64_t* n1) const {
-    const int64_t tpg = tiles_per_group(rows), g = rt / tpg, i = rt % tpg;
+    const int64_t tpg = tiles_per_group(rows), g = rt / tpg, i = rt % tpg, nt = tiles_in_group(g, rows);
     int64_t lo, hi;
     group_rows(g, &lo, &hi);
-    const int64_t nt = (hi - lo + rows - 1) / rows;
     *n0 = i < nt ? lo + i * (hi - lo) / nt : hi;
     *n1 = i < nt ? lo + (i + 1) * (hi - lo) / nt : hi;
   }
