@@ -100,7 +100,8 @@ Phase make_phase(const Layer& ly, int kind, int64_t arg, int64_t rows_total, int
   const int64_t cols = ly.G * kBlock;
   const bool pack = kind == kPack || kind == kBwdPack || kind == kTanPack;
   const int64_t bytes = pack ? 4 * cols * (ly.H + (kind == kPack ? ly.I : 0)) : 0;
-  const int64_t flops = pack ? 0 : 2 * rows * cols * (kind == kProject ? ly.I : ly.H);
+  const int64_t k = kind == kProject ? ly.I : (kind == kBwdRGrad ? ly.rchunk * ly.group_rows_max() : ly.H);
+  const int64_t flops = pack ? 0 : 2 * rows * (kind == kBwdRGrad ? kBlock : cols) * k;
   const int64_t unit_us = bytes / 1000 + flops / 20000;
   return Phase{kind, arg, nrt, rows, ly.nb * nrt, std::max<int64_t>(kLateUs, 4 * unit_us)};
 }
@@ -286,6 +287,10 @@ int64_t layout_dir(Layer& ly, Dir& dr, float* base) {
     dr.dg = take(N * G * ly.H);
     dr.dgh = ly.dgh ? take(N * ly.H) : nullptr;
     dr.dsum = take(ly.bwd_row_tiles() * nb * (G + 1) * kBlock);
+    if (ly.dr) {
+      dr.hpack = take(ly.groups * nb * ly.rchunk * ly.group_rows_max() * kBlock);
+      dr.racc = take(ly.groups * G * ly.H * Hp);
+    }
     return used;
   }
   if (!ly.tangent) dr.wpanel = take(nb * ly.I * G * kBlock);
@@ -320,6 +325,7 @@ void init_dir_backward(Layer& ly, int d) {
   for (float* b : {dr.dh[0], dr.dh[1], dr.dc, dr.ghz}) std::fill(b, b + N * Hp, 0.f);
   if (dr.dah) std::fill(dr.dah, dr.dah + N * Hp, 0.f);
   std::fill(dr.dsum, dr.dsum + ly.bwd_row_tiles() * ly.nb * (ly.G + 1) * kBlock, 0.f);
+  if (dr.racc) std::fill(dr.racc, dr.racc + ly.groups * ly.G * H * Hp, 0.f);
   for (int64_t n = 0; n < N; ++n) {
     std::memcpy(dr.dh[0] + n * Hp, ly.dhT + (d * N + n) * H, H * sizeof(float));
     if (ly.cell == 1) std::memcpy(dr.dc + n * Hp, ly.dcT + (d * N + n) * H, H * sizeof(float));
@@ -397,6 +403,7 @@ void plan_backward(Call& c, int ch) {
     pl.add(kBwdElem, t, pl.rows, rows);
     if (ly.cell == 0 && !ly.lbr) pl.add(kBwdRh, t, pl.rows, rows);
     pl.add(kBwdMat, t, pl.rows, rows);
+    if (ly.dr && t % ly.rchunk == 0) pl.add(kBwdRGrad, t / ly.rchunk, ly.G * ly.H, rows);
   }
   finish_plan(c, ch);
 }
@@ -451,6 +458,8 @@ bool configure(Call& c, const Attrs& at, int64_t L, int64_t N, int64_t I, ffi::S
 // Allocate the scratch (one block for every direction), initialise it and plan the phases.
 void prepare(Call& c) {
   Layer& ly = c.ly;
+  // native dR: chunks of steps whose rows make reductions of ~256 (a tile's K)
+  if (ly.dr) ly.rchunk = std::min<int64_t>(ly.L, (256 + ly.group_rows_max() - 1) / ly.group_rows_max());
   int64_t total = 0;
   Layer probe = ly;
   for (int d = 0; d < ly.D; ++d) total += layout_dir(probe, probe.dir[d], nullptr);
@@ -483,6 +492,7 @@ void prepare(Call& c) {
 // slower that way, at H = 64-128 and N = 16 0.85-0.92x of the time of threads meeting per step
 // (benchmarks/cpu_native_ab.py --wall).
 constexpr int64_t kGroupR = 512 << 10;
+constexpr int64_t kDrRows = 32;  // native.NATIVE_DR_MIN_BATCH: below it the call leaves dR to XLA
 void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
   Layer& ly = c.ly;
   const int64_t avail = std::max<int64_t>(1, pool.num_threads());
@@ -491,7 +501,9 @@ void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
   threads = std::min<int64_t>(threads, kMaxWorkers);
   const int64_t tile = ly.backward ? ly.rows_bwd : c.k->rows_step[ly.cell][0];
   const bool small_r = 4 * ly.G * ly.H * ly.H <= kGroupR;
-  ly.groups = small_r ? std::max<int64_t>(1, std::min<int64_t>(threads / ly.D, ly.N / tile)) : 1;
+  // with native dR, groups of at least kDrRows rows: its reductions run over a group's rows per step
+  const int64_t group_rows = ly.dr ? std::max<int64_t>(tile, kDrRows) : tile;
+  ly.groups = small_r ? std::max<int64_t>(1, std::min<int64_t>(threads / ly.D, ly.N / group_rows)) : 1;
   c.threads = static_cast<int>(std::min<int64_t>(threads, ly.nb * ly.D * ly.groups));
   c.chains = static_cast<int>(ly.D * ly.groups);
   if (ly.groups > 1) grouped_calls.fetch_add(1, std::memory_order_relaxed);
@@ -582,17 +594,17 @@ ffi::Error run_layer(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32
   return run_and_finish(call, pool, at.threads, ly.h0, ly.c0, ly.yh, ly.yc, /*cotangents=*/false);
 }
 
-// The backward's reverse recurrence (the serial part; the weight gradients are GEMMs over all
-// steps that XLA does after it, native.py). gy, res in processing order, [D][L][N][.]; the
-// states before each step from the forward's Y (GRU, [L][D][N][H]) and h0, or its residuals and
-// c0 (LSTM), instead of a copy of them per step.
+// The backward's reverse recurrence (the serial part) and, where `dr` is not empty, dR; the other
+// weight gradients are GEMMs over all steps that XLA does after it (native.py). gy, res in
+// processing order, [D][L][N][.]; the states before each step from the forward's Y
+// ([L][D][N][H], GRU) and h0, and (LSTM) its residuals and c0, instead of a copy of them per step.
 ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32> gy,
                         ffi::Buffer<ffi::F32> res, const ffi::Buffer<ffi::F32>* y,
                         const ffi::Buffer<ffi::F32>* h0, const ffi::Buffer<ffi::F32>* c0,
                         ffi::Buffer<ffi::F32> r, const float* p, ffi::Buffer<ffi::F32> dhT,
                         const float* dcT, ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> dgx,
                         ffi::ResultBuffer<ffi::F32>* dgh, ffi::ResultBuffer<ffi::F32> dh0, float* dc0,
-                        ffi::ResultBuffer<ffi::F32> sums) {
+                        ffi::ResultBuffer<ffi::F32> sums, ffi::ResultBuffer<ffi::F32> dr) {
   auto call = std::make_shared<Call>();
   Call& c = *call;
   Layer& ly = c.ly;
@@ -607,6 +619,11 @@ ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::
       static_cast<int64_t>(res.element_count()) != ly.D * ly.L * ly.N * ly.K * ly.H ||
       static_cast<int64_t>(sums->element_count()) != ly.D * (ly.G + (dgh ? 1 : 0)) * ly.H)
     return ffi::Error::InvalidArgument("jaxgru_cpu: operands of unexpected shapes");
+  // dR: empty (XLA computes it) or [D][G*H][H], which needs H_prev (y, h0) and, for the GRU, lbr=1
+  const int64_t dr_size = static_cast<int64_t>(dr->element_count());
+  if (dr_size != 0 && (dr_size != ly.D * ly.G * ly.H * ly.H || !h0 || (ly.cell == 0 && (!y || !ly.lbr))))
+    return ffi::Error::InvalidArgument("jaxgru_cpu: dR of unexpected shape");
+  ly.dr = dr_size ? dr->typed_data() : nullptr;
   ly.rows_bwd = c.k->rows_bwd;
   ly.r = r.typed_data(); ly.p = p; ly.lens = lens.typed_data();
   ly.gy = gy.typed_data(); ly.res = const_cast<float*>(res.typed_data());
@@ -621,10 +638,19 @@ ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::
   // the initial states' cotangents: the carry after the last processed step
   ffi::Error e = run_and_finish(call, pool, at.threads, ly.dhT, ly.dcT, ly.dh0, ly.dc0, /*cotangents=*/true);
   // the bias gradients' sums over steps and batch: the units' sums added over the row tiles
-  const int64_t S = ly.G + (dgh ? 1 : 0), H = ly.H;
+  const int64_t S = ly.G + (dgh ? 1 : 0), H = ly.H, GH = ly.G * H;
   float* out = sums->typed_data();
   std::fill(out, out + ly.D * S * H, 0.f);
+  if (ly.dr) std::fill(ly.dr, ly.dr + ly.D * GH * H, 0.f);
   if (ly.L == 0 || ly.N == 0) return e;
+  if (ly.dr)  // dR: the groups' running sums added, unpadded from Hp to H
+    for (int d = 0; d < ly.D; ++d)
+      for (int64_t g = 0; g < ly.groups; ++g)
+        for (int64_t k = 0; k < GH; ++k) {
+          const float* v = ly.dir[d].racc + (g * GH + k) * ly.Hp;
+          float* o = ly.dr + (d * GH + k) * H;
+          for (int64_t u = 0; u < H; ++u) o[u] += v[u];
+        }
   for (int d = 0; d < ly.D; ++d)
     for (int64_t rt = 0; rt < ly.bwd_row_tiles(); ++rt)
       for (int64_t j = 0; j < ly.nb; ++j)
@@ -748,20 +774,22 @@ ffi::Error gru_bwd_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> gy, ffi::Buf
                         ffi::Buffer<ffi::F32> y, ffi::Buffer<ffi::F32> h0, ffi::Buffer<ffi::F32> r,
                         ffi::Buffer<ffi::F32> dhT, ffi::Buffer<ffi::S32> lens, ffi::ResultBuffer<ffi::F32> dgx,
                         ffi::ResultBuffer<ffi::F32> dgh, ffi::ResultBuffer<ffi::F32> dh0,
-                        ffi::ResultBuffer<ffi::F32> sums, JAXGRU_ATTR_ARGS) {
+                        ffi::ResultBuffer<ffi::F32> sums, ffi::ResultBuffer<ffi::F32> dr, JAXGRU_ATTR_ARGS) {
   Attrs at = JAXGRU_ATTR_VALUES(0);
   return run_backward(pool, at, gy, res, &y, &h0, nullptr, r, nullptr, dhT, nullptr, lens, dgx,
-                      lbr ? &dgh : nullptr, dh0, nullptr, sums);
+                      lbr ? &dgh : nullptr, dh0, nullptr, sums, dr);
 }
 
 ffi::Error lstm_bwd_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> gy, ffi::Buffer<ffi::F32> res,
-                         ffi::Buffer<ffi::F32> c0, ffi::Buffer<ffi::F32> r, ffi::Buffer<ffi::F32> p,
-                         ffi::Buffer<ffi::F32> dhT, ffi::Buffer<ffi::F32> dcT, ffi::Buffer<ffi::S32> lens,
+                         ffi::Buffer<ffi::F32> h0, ffi::Buffer<ffi::F32> c0,
+                         ffi::Buffer<ffi::F32> r, ffi::Buffer<ffi::F32> p, ffi::Buffer<ffi::F32> dhT,
+                         ffi::Buffer<ffi::F32> dcT, ffi::Buffer<ffi::S32> lens,
                          ffi::ResultBuffer<ffi::F32> dgx, ffi::ResultBuffer<ffi::F32> dh0,
-                         ffi::ResultBuffer<ffi::F32> dc0, ffi::ResultBuffer<ffi::F32> sums, JAXGRU_ATTR_ARGS) {
+                         ffi::ResultBuffer<ffi::F32> dc0, ffi::ResultBuffer<ffi::F32> sums,
+                         ffi::ResultBuffer<ffi::F32> dr, JAXGRU_ATTR_ARGS) {
   Attrs at = JAXGRU_ATTR_VALUES(1);
-  return run_backward(pool, at, gy, res, nullptr, nullptr, &c0, r, p.typed_data(), dhT, dcT.typed_data(),
-                      lens, dgx, nullptr, dh0, dc0->typed_data(), sums);
+  return run_backward(pool, at, gy, res, nullptr, &h0, &c0, r, p.typed_data(), dhT, dcT.typed_data(),
+                      lens, dgx, nullptr, dh0, dc0->typed_data(), sums, dr);
 }
 
 ffi::Error gru_tan_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> ex, ffi::Buffer<ffi::F32> exh,
@@ -813,17 +841,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
                      .Arg<JAXGRU_F32>()
                      .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
                      .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()
-                     .Ret<JAXGRU_F32>()));
+                     .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jaxgru_lstm_backward, jaxgru_cpu::lstm_bwd_impl,
     JAXGRU_ATTRS(xla::ffi::Ffi::Bind()
                      .Ctx<xla::ffi::ThreadPool>()
                      .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
-                     .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
+                     .Arg<JAXGRU_F32>().Arg<JAXGRU_F32>().Arg<JAXGRU_F32>()
                      .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
                      .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()
-                     .Ret<JAXGRU_F32>()));
+                     .Ret<JAXGRU_F32>().Ret<JAXGRU_F32>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jaxgru_gru_forward, jaxgru_cpu::gru_impl,

@@ -51,6 +51,11 @@ struct Dir {
   // steps of d(X.W^T + b) per gate and (GRU lbr=1) of dgh; summed over row tiles at the end,
   // they are the bias gradients (a unit runs one step at a time, so no two threads add at once)
   float* dsum = nullptr;
+  // native dR (Layer::dr): per row group, H_prev of the current chunk of steps packed by the
+  // elementwise phase, [group][nb][rchunk][group rows][16] (the panel of dR's tiles, the steps
+  // ascending), and dR's running sum over the chunks, [group][G*H][Hp]
+  float* hpack = nullptr;
+  float* racc = nullptr;
 };
 
 struct Layer {
@@ -79,6 +84,11 @@ struct Layer {
   const float *gy = nullptr, *dhT = nullptr, *dcT = nullptr;
   float *dgx = nullptr, *dgh = nullptr, *dh0 = nullptr, *dc0 = nullptr;
   int rows_bwd = 1;  // rows per tile of the elementwise phase (dsum's row tiles)
+  // dR = sum over steps and rows of dG^T . H_prev, [D][G*H][H], computed by the call (GRU lbr=1:
+  // its h rows from dgh) in chunks of `rchunk` steps, so the XLA program holds no copy of H_prev
+  // for it (null: XLA computes it, GRU lbr=0, whose h rows pair with r*H_prev)
+  float* dr = nullptr;
+  int64_t rchunk = 1;
   // tangent (processing order, [D][L][N][.]; tangent.inc): the part of each step's gate
   // tangents that does not depend on the carried tangents (ex: d(X.W^T + b) + H_prev.dR^T
   // [+ the peepholes' tangents times C]; GRU lbr=1: without the h gate's H_prev.dRh^T + dRbh,
@@ -131,6 +141,16 @@ struct Layer {
   }
   // backward: the row tiles of its elementwise phase, and unit (rt, j)'s G + 1 sums (Dir::dsum)
   int64_t bwd_row_tiles() const { return groups * tiles_per_group(rows_bwd); }
+  // native dR: the rows of a group's H_prev panel, and block j's panel of group g
+  int64_t group_rows_max() const { return (N + groups - 1) / groups; }
+  float* hpack_of(int d, int64_t g, int64_t j) const {
+    return dir[d].hpack + ((g * nb + j) * rchunk) * group_rows_max() * kBlock;
+  }
+  // the row of dG^T ([D][G*H][L][N], or dgh's for GRU lbr=1's h rows) paired with dR's row gh
+  const float* dg_row(int d, int64_t gh) const {
+    if (dgh && gh >= 2 * H) return dgh + (d * H + gh - 2 * H) * L * N;
+    return dgx + (d * G * H + gh) * L * N;
+  }
   float* dsum_of(int d, int64_t rt, int64_t j) const { return dir[d].dsum + (rt * nb + j) * (G + 1) * kBlock; }
   // LSTM backward: the cell state before step t: c0 at t = 0, else C of step t - 1 (the last of
   // the residuals' K blocks)
@@ -143,7 +163,7 @@ struct Layer {
 // Phases of one chain's work (a direction's row group), in order. Every phase is a set of
 // independent units.
 enum PhaseKind : int32_t { kPack = 0, kProject, kStep, kStepB,
-                           kBwdPack, kBwdElem, kBwdRh, kBwdMat,
+                           kBwdPack, kBwdElem, kBwdRh, kBwdMat, kBwdRGrad,
                            kTanPack, kTanStep, kTanStepB };
 
 // The per-ISA kernels: row counts of each tile and the one entry point that runs a unit.

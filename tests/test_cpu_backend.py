@@ -21,6 +21,7 @@ from oracles import ort_run, random_case
 
 import jaxgru
 from jaxgru._src import activations, backends, native
+from jaxgru._src.options import make_config
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the native CPU extension is not built")
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -289,20 +290,19 @@ def test_row_groups_match_xla(monkeypatch, cell, opts, direction, threads):
     assert mod.grouped_calls() - before >= 4  # forward, forward + backward (grad), tangent
 
 
-@pytest.mark.parametrize("wrong", [None, "dgh", "y", "res", "sums"])
+@pytest.mark.parametrize("wrong", [None, "dgh", "y", "res", "sums", "dr"])
 def test_backward_target_rejects_operands_and_results_of_the_wrong_size(wrong):
     """The GRU lbr=1 backward reads the forward's Y ([L, D, N, H]) and residuals ([D, L, N, 4H])
-    and writes the h gate's cotangent ([D, L, N, H]) and the bias sums ([D, 4H]): a caller
-    passing or declaring another size (here 3H for dgh, the full gate width) gets an error, not
-    an access past a buffer."""
-    from jaxgru._src.options import make_config
-
+    and writes the h gate's cotangent ([D, L, N, H]), the bias sums ([D, 4H]) and dR ([D, 3H, H]
+    or nothing): a caller passing or declaring another size (here 3H for dgh, the full gate
+    width) gets an error, not an access past a buffer."""
     L, N, H = 2, 3, 16
     cfg = make_config("gru", "test", linear_before_reset=1)
     f32 = lambda *s: jnp.zeros(s, jnp.float32)
     dgh = (1, L, N, 3 * H if wrong == "dgh" else H)
     sums = (1, 3 * H if wrong == "sums" else 4 * H)
-    shapes = [jax.ShapeDtypeStruct(s, jnp.float32) for s in ((1, L, N, 3 * H), dgh, (1, N, H), sums)]
+    dr = (1, 3 * H, H + 1) if wrong == "dr" else (1, 3 * H, H)
+    shapes = [jax.ShapeDtypeStruct(s, jnp.float32) for s in ((1, L, N, 3 * H), dgh, (1, N, H), sums, dr)]
     call = jax.ffi.ffi_call(native.BACKWARD_TARGETS["gru"], shapes)
     args = (f32(1, L, N, H), f32(1, L, N, 3 * H if wrong == "res" else 4 * H),
             f32(L + (wrong == "y"), 1, N, H), f32(1, N, H), f32(1, 3 * H, H), f32(1, N, H),
@@ -311,8 +311,51 @@ def test_backward_target_rejects_operands_and_results_of_the_wrong_size(wrong):
         outs = call(*args, **native._attrs(cfg, True))
         assert all(np.all(np.asarray(o) == 0) for o in outs)
     else:
-        with pytest.raises(Exception, match="unexpected shapes"):
+        with pytest.raises(Exception, match="unexpected shape"):
             jax.block_until_ready(call(*args, **native._attrs(cfg, True)))
+
+
+DR_CASES = [("gru", {"linear_before_reset": 1, "clip": 2.0}),
+            ("lstm", {"peep": True}),
+            ("lstm", {"input_forget": 1, "activations": ["HardSigmoid", "Softsign", "Elu"],
+                      "activation_alpha": [0.3, 0.9], "activation_beta": [0.45]})]  # per direction
+
+
+@pytest.mark.parametrize(("cell", "opts"), DR_CASES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(DR_CASES)])
+@pytest.mark.parametrize(("N", "direction", "threads"), [(40, "bidirectional", "1"), (64, "reverse", "2")])
+def test_native_dr_matches_xla(monkeypatch, cell, opts, N, direction, threads):
+    """At N >= NATIVE_DR_MIN_BATCH the backward's call computes dR = sum dG^T.H_prev itself (from
+    Y in place for the GRU, from the residuals for the LSTM, in chunks of steps): every gradient
+    equals xla's. H = 40 pads its last block; 40 rows in one group make chunks of 7 steps (17 steps:
+    7, 7, 3), 64 rows on 2 threads two groups of 32 reduced step by step; ragged lengths include
+    0 and the full length; initial states are given."""
+    monkeypatch.setenv(native.THREADS_ENV, threads)
+    L, H = 17, 40
+    lens = np.random.default_rng(N).integers(0, L + 1, N)
+    lens[:2] = [0, L]
+    d, g = (2 if direction == "bidirectional" else 1), (3 if cell == "gru" else 4)
+    opts = {k: v * d if k.startswith("activation") else v for k, v in opts.items()}
+    case = random_case(np.random.default_rng(31), cell, L=L, N=N, I=6, H=H, direction=direction,
+                       h0=True, c0=cell == "lstm", lens=lens.tolist(), **opts)
+    cfg = make_config(cell, "test", **{k: v for k, v in opts.items() if k == "linear_before_reset"})
+    assert native.native_dr(cfg, N, H)
+    fn = jaxgru.gru if cell == "gru" else jaxgru.lstm
+    kw = case.kwargs(0)
+    states = {k: kw.pop(k) for k in ("initial_h", "initial_c") if k in kw}
+
+    def grad(backend):
+        f = lambda p, x, s: sum(jnp.sum(jnp.sin(o)) for o in fn(p, x, **kw, **s, backend=backend))
+        return jax.jit(jax.grad(f, argnums=(0, 1, 2)))
+
+    jax.clear_caches()  # the threads are read when a call is lowered
+    hlo = grad("cpu").lower(case.params, case.x, states).compile().as_text()
+    call = next(line for line in hlo.splitlines() if f'custom_call_target="jaxgru_{cell}_backward"' in line)
+    assert f"f32[{d},{g * H},{H}]" in call  # the call returns dR
+    # gradients up to ~20, each a float32 sum over 680 (step, row) terms: summed in another order,
+    # entries near 0 differ by up to ~1e-4 (dW, which both backends compute the same way, too)
+    chex.assert_trees_all_close(grad("cpu")(case.params, case.x, states), grad("xla")(case.params, case.x, states),
+                                atol=2e-4, rtol=1e-4)
+
 
 
 def test_layout1_gradients_match_xla():

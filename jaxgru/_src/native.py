@@ -229,9 +229,28 @@ def make_tangent(cfg: RNNConfig, ensemble: int) -> Fn:
     return jax.vmap(one) if ensemble else one
 
 
+# Where the backward's call computes dR itself (native_dr): a batch of at least this many rows
+# (the call's reductions run over a chunk of steps' rows; row groups keep at least as many), and
+# dR of at most this many bytes (its running sum, read and written once per chunk, stays in cache).
+# Measured on 2 cores (benchmarks/performance_notes.md): training steps at N = 64, H = 128-256
+# 0.65-0.8x of XLA's dR GEMM over a copy of H_prev; at N = 16 (rows per group 8) 1.15x and at
+# H = 1024 (16 MiB) 1.05-1.2x slower, so those keep XLA's.
+NATIVE_DR_MIN_BATCH = 32
+NATIVE_DR_MAX_BYTES = 1 << 20
+
+
+def native_dr(cfg: RNNConfig, batch: int, hidden: int) -> bool:
+    """Whether the backward's call computes dR = Σ dGᵀ·H_prev itself: LSTM and GRU lbr=1, whose
+    every row of R pairs with H_prev (GRU lbr=0's h rows pair with r ⊙ H_prev: XLA computes
+    those), at the sizes where it pays (above)."""
+    pairs = cfg.cell == "lstm" or bool(cfg.linear_before_reset)
+    return pairs and batch >= NATIVE_DR_MIN_BATCH and 4 * cfg.num_gates * hidden * hidden <= NATIVE_DR_MAX_BYTES
+
+
 def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
     """The backward of one layer: ``reference.backward`` with its reverse ``lax.scan`` replaced by
-    one FFI call (the serial part); the weight gradients are the same GEMMs over all steps.
+    one FFI call (the serial part and, see :func:`native_dr`, dR); the other weight gradients are
+    the same GEMMs over all steps.
 
     The function takes (primals, y, res, cotangents) and returns the primals' cotangents.
     """
@@ -244,7 +263,7 @@ def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
         primals, y, res, cts = args[:n], args[n], args[n + 1], args[n + 2 :]
         lens = cell.unpack(primals).lens
 
-        def recurrence(pr: Prepared, per_dir: list, carry0: tuple) -> tuple[tuple, tuple, tuple]:
+        def recurrence(pr: Prepared, per_dir: list, carry0: tuple) -> tuple[tuple, tuple, tuple, tuple | None]:
             f32 = lambda a: a.astype(jnp.float32)
             ops = _stacked(pr, per_dir, carry0, lens)
             stack, carry, st, clipped, r = ops.stack, ops.carry, ops.state, ops.lens, ops.r
@@ -258,14 +277,18 @@ def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
             init = lambda k: f32(jnp.stack(pr.states[k]))
             # the sums over steps and batch of dG's gates and (GRU lbr=1) dgh: the bias gradients
             bias_sums = jax.ShapeDtypeStruct((d, (cfg.num_gates + lbr) * pr.hidden), jnp.float32)
+            # dR, computed by the call where it can be (native_dr) from H_prev in place (GRU: Y;
+            # LSTM: recomputed from the residuals), so the program holds no copy of H_prev for it
+            gh, with_dr = cfg.num_gates * pr.hidden, native_dr(cfg, pr.batch, pr.hidden)
+            dr = jax.ShapeDtypeStruct((d, gh, pr.hidden) if with_dr else (0,), jnp.float32)
             if cfg.cell == "gru":  # per_dir: (gy, a_zr, a_h, lin, h_prev); lbr=1: dgh of the h gate
                 dgh = jax.ShapeDtypeStruct((d, pr.hidden, pr.length, pr.batch) if lbr else (0,), jnp.float32)
-                shapes = [dgx, dgh, st, bias_sums]
+                shapes = [dgx, dgh, st, bias_sums, dr]
                 y_tm = f32(y) if cfg.layout == 0 else jnp.transpose(f32(y), (1, 2, 0, 3))  # [L, D, N, H]
                 args_ = [stack(0), f32(res), y_tm, init(0), r, carry[0]]
-            else:  # per_dir: (gy, a_i, a_o, a_f, a_c, C, C_prev)
-                shapes = [dgx, st, st, bias_sums]
-                args_ = [stack(0), f32(res), init(1), r, _peepholes(cfg, pr), carry[0], carry[1]]
+            else:  # per_dir: (gy, a_i, a_o, a_f, a_c, C, C_prev); H_prev from the residuals, not Y
+                shapes = [dgx, st, st, bias_sums, dr]
+                args_ = [stack(0), f32(res), init(0), init(1), r, _peepholes(cfg, pr), carry[0], carry[1]]
             outs = jax.ffi.ffi_call(BACKWARD_TARGETS[cfg.cell], shapes, vmap_method="sequential")(
                 *args_, clipped, **attrs)
             cd = pr.dtype
@@ -276,9 +299,9 @@ def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
             else:
                 first = tuple((outs[1][k].astype(cd), outs[2][k].astype(cd)) for k in range(d))
                 emits = tuple((steps(outs[0][k]), None) for k in range(d))
-            gh = cfg.num_gates * pr.hidden
-            sums = tuple((outs[-1][k, :gh].astype(cd), outs[-1][k, gh:].astype(cd) if lbr else None) for k in range(d))
-            return first, emits, sums
+            sums = tuple((outs[-2][k, :gh].astype(cd), outs[-2][k, gh:].astype(cd) if lbr else None) for k in range(d))
+            rgrads = tuple(outs[-1][k].astype(cd) for k in range(d)) if with_dr else None
+            return first, emits, sums, rgrads
 
         return reference.backward(cfg, primals, y, res, cts, recurrence=recurrence)
 

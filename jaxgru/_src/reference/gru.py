@@ -155,16 +155,19 @@ def backward_step(cfg: RNNConfig, pr: Prepared, d: int, carry: tuple[Array, ...]
 
 
 def weight_grads(cfg: RNNConfig, pr: Prepared, d: int, emit: tuple[Array, Array | None], xs: tuple[Array, ...],
-                 hp: Array, sums: tuple[Array, Array | None] | None = None) -> dict[str, Array]:
+                 hp: Array, sums: tuple[Array, Array | None] | None = None, dr: Array | None = None
+                 ) -> dict[str, Array]:
     """Direction d's gradients of R and b from the backward's emissions (W's is shared: scan.py).
-    ``sums``: the emissions' sums over steps and batch, where the recurrence computed them."""
+    ``sums``: the emissions' sums over steps and batch, ``dr``: R's gradient (lbr=1), where the
+    recurrence computed them."""
     dgx, dgh = emit
     hidden, h2 = pr.hidden, 2 * pr.hidden
     sb, sh = sums if sums is not None else (sum_ln(dgx), None if dgh is None else sum_ln(dgh))
     if cfg.linear_before_reset:
         assert dgh is not None and sh is not None
-        return {"r": jnp.concatenate([wgrad(dgx[..., :h2], hp), wgrad(dgh, hp)]),
-                "b": jnp.concatenate([sb, sb[:h2], sh])}
+        if dr is None:
+            dr = jnp.concatenate([wgrad(dgx[..., :h2], hp), wgrad(dgh, hp)])
+        return {"r": dr, "b": jnp.concatenate([sb, sb[:h2], sh])}
     r_ = act(cfg.activations[d][0], xs[1], cfg.clip)[..., hidden:]
     return {"r": jnp.concatenate([wgrad(dgx[..., :h2], hp), wgrad(dgx[..., h2:], r_ * hp)]),
             "b": jnp.concatenate([sb, sb])}

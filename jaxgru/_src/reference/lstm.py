@@ -161,14 +161,14 @@ def backward_step(cfg: RNNConfig, pr: Prepared, d: int, carry: tuple[Array, ...]
 
 
 def weight_grads(cfg: RNNConfig, pr: Prepared, d: int, emit: tuple[Array, Array | None], xs: tuple[Array, ...],
-                 hp: Array, sums: tuple[Array, None] | None = None) -> dict[str, Array]:
+                 hp: Array, sums: tuple[Array, None] | None = None, dr: Array | None = None) -> dict[str, Array]:
     """Direction d's gradients of R, b and (with peepholes) P, (with a projection) proj
-    (W's is shared: scan.py). ``sums``: dG's sum over steps and batch, where the recurrence
-    computed it."""
+    (W's is shared: scan.py). ``sums``: dG's sum over steps and batch, ``dr``: R's gradient,
+    where the recurrence computed them."""
     dgx = emit[0]
     hidden, h2 = pr.hidden, 2 * pr.hidden
     sb = sum_ln(dgx) if sums is None else sums[0]
-    out = {"r": wgrad(dgx, hp), "b": jnp.concatenate([sb, sb])}
+    out = {"r": wgrad(dgx, hp) if dr is None else dr, "b": jnp.concatenate([sb, sb])}
     if pr.peep is not None:
         cs, cp = xs[5], xs[6]
         dai, dao, daf = dgx[..., :hidden], dgx[..., hidden:h2], dgx[..., h2 : 3 * hidden]

@@ -40,8 +40,9 @@ from jaxgru._src.reference.layout import (
 _CELLS: dict[str, ModuleType] = {"gru": gru, "lstm": lstm}
 # (prepared operands, per direction the backward's scan inputs, per direction the carry of the
 # last step) -> (per direction the carry before the first step, per direction the emissions, per
-# direction the emissions' sums over steps and batch (the bias gradients' terms) or None)
-Recurrence = Callable[[Prepared, list, tuple], tuple[tuple, tuple, tuple | None]]
+# direction the emissions' sums over steps and batch (the bias gradients' terms) or None, per
+# direction R's gradient or None)
+Recurrence = Callable[[Prepared, list, tuple], tuple[tuple, tuple, tuple | None, tuple | None]]
 # (prepared operands, per direction the tangent's scan inputs, per direction its aux, per
 # direction the carry before the first step) -> (per direction the carry after the last step,
 # per direction dY [L, N, H] in processing order)
@@ -184,9 +185,9 @@ def backward(cfg: RNNConfig, primals: Sequence[Array], y: Array, res: Array, cot
     carry0 = tuple(tuple(s[d] for s in g_states) for d in pr.dirs)
     if recurrence is None:
         first, emits = lax.scan(step, carry0, (tuple(per_dir), tm.mask), reverse=True, unroll=pr.unroll)
-        sums = None
+        sums = rgrads = None
     else:
-        first, emits, sums = recurrence(pr, per_dir, carry0)
+        first, emits, sums, rgrads = recurrence(pr, per_dir, carry0)
 
     g_xs, grads = [], {"w": []}
     for d in pr.dirs:
@@ -194,7 +195,8 @@ def backward(cfg: RNNConfig, primals: Sequence[Array], y: Array, res: Array, cot
         grads["w"].append(wgrad(dgx, pr.x[d]))
         g_xs.append(tm.proc(dgx @ pr.w[d], d))
         for k, v in cell.weight_grads(cfg, pr, d, emits[d], per_dir[d], hps[d],
-                                      None if sums is None else sums[d]).items():
+                                      None if sums is None else sums[d],
+                                      None if rgrads is None else rgrads[d]).items():
             grads.setdefault(k, []).append(v)
     ops = cell_spec.unpack(primals)
     g_x = g_xs[0]
