@@ -492,7 +492,9 @@ void prepare(Call& c) {
 // slower that way, at H = 64-128 and N = 16 0.85-0.92x of the time of threads meeting per step
 // (benchmarks/cpu_native_ab.py --wall).
 constexpr int64_t kGroupR = 512 << 10;
-constexpr int64_t kDrRows = 32;  // native.NATIVE_DR_MIN_BATCH: below it the call leaves dR to XLA
+// native dR: its reductions run over a row group's rows step by step, so a group keeps at least
+// this many (and native.py leaves dR to XLA below this batch: dr_min_rows() below)
+constexpr int64_t kDrRows = 32;
 void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
   Layer& ly = c.ly;
   const int64_t avail = std::max<int64_t>(1, pool.num_threads());
@@ -501,7 +503,6 @@ void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
   threads = std::min<int64_t>(threads, kMaxWorkers);
   const int64_t tile = ly.backward ? ly.rows_bwd : c.k->rows_step[ly.cell][0];
   const bool small_r = 4 * ly.G * ly.H * ly.H <= kGroupR;
-  // with native dR, groups of at least kDrRows rows: its reductions run over a group's rows per step
   const int64_t group_rows = ly.dr ? std::max<int64_t>(tile, kDrRows) : tile;
   ly.groups = small_r ? std::max<int64_t>(1, std::min<int64_t>(threads / ly.D, ly.N / group_rows)) : 1;
   c.threads = static_cast<int>(std::min<int64_t>(threads, ly.nb * ly.D * ly.groups));
@@ -906,6 +907,8 @@ PyObject* late_exits(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(jaxgru_cpu::late_exits.load(std::memory_order_relaxed));
 }
 
+PyObject* dr_min_rows(PyObject*, PyObject*) { return PyLong_FromLongLong(jaxgru_cpu::kDrRows); }
+
 PyObject* grouped_calls(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(jaxgru_cpu::grouped_calls.load(std::memory_order_relaxed));
 }
@@ -915,6 +918,7 @@ PyMethodDef methods[] = {
     {"isa", isa, METH_O, "The kernels used for a requested ISA (0 best, 1 avx512, 2 avx2, 3 generic)."},
     {"late_exits", late_exits, METH_NOARGS, "Threads that left a call after holding up a phase, so far."},
     {"grouped_calls", grouped_calls, METH_NOARGS, "Calls that ran their rows in more than one group, so far."},
+    {"dr_min_rows", dr_min_rows, METH_NOARGS, "The smallest batch (and row group) whose backward computes dR."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jaxgru_cpu", "jaxgru's native CPU lowering (XLA FFI).", -1,

@@ -324,7 +324,7 @@ DR_CASES = [("gru", {"linear_before_reset": 1, "clip": 2.0}),
 @pytest.mark.parametrize(("cell", "opts"), DR_CASES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(DR_CASES)])
 @pytest.mark.parametrize(("N", "direction", "threads"), [(40, "bidirectional", "1"), (64, "reverse", "2")])
 def test_native_dr_matches_xla(monkeypatch, cell, opts, N, direction, threads):
-    """At N >= NATIVE_DR_MIN_BATCH the backward's call computes dR = sum dG^T.H_prev itself (from
+    """At N >= dr_min_rows() (32) the backward's call computes dR = sum dG^T.H_prev itself (from
     Y in place for the GRU, from the residuals for the LSTM, in chunks of steps): every gradient
     equals xla's. H = 40 pads its last block; 40 rows in one group make chunks of 7 steps (17 steps:
     7, 7, 3), 64 rows on 2 threads two groups of 32 reduced step by step; ragged lengths include

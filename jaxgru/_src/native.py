@@ -229,13 +229,13 @@ def make_tangent(cfg: RNNConfig, ensemble: int) -> Fn:
     return jax.vmap(one) if ensemble else one
 
 
-# Where the backward's call computes dR itself (native_dr): a batch of at least this many rows
-# (the call's reductions run over a chunk of steps' rows; row groups keep at least as many), and
-# dR of at most this many bytes (its running sum, read and written once per chunk, stays in cache).
-# Measured on 2 cores (benchmarks/performance_notes.md): training steps at N = 64, H = 128-256
-# 0.65-0.8x of XLA's dR GEMM over a copy of H_prev; at N = 16 (rows per group 8) 1.15x and at
-# H = 1024 (16 MiB) 1.05-1.2x slower, so those keep XLA's.
-NATIVE_DR_MIN_BATCH = 32
+# Where the backward's call computes dR itself (native_dr): a batch of at least the extension's
+# dr_min_rows() (32: the call's reductions run over a row group's rows step by step, and its row
+# groups keep at least as many), and dR of at most this many bytes (its running sum, read and
+# written once per chunk of steps, stays in cache). Measured on 2 cores
+# (benchmarks/performance_notes.md): training steps at N = 64, H = 128-256 0.65-0.8x of XLA's dR
+# GEMM over a copy of H_prev; at N = 16 (8 rows per group) 1.19x and at H = 1024 (16 MiB)
+# 1.05-1.2x slower, so those keep XLA's.
 NATIVE_DR_MAX_BYTES = 1 << 20
 
 
@@ -243,8 +243,10 @@ def native_dr(cfg: RNNConfig, batch: int, hidden: int) -> bool:
     """Whether the backward's call computes dR = Σ dGᵀ·H_prev itself: LSTM and GRU lbr=1, whose
     every row of R pairs with H_prev (GRU lbr=0's h rows pair with r ⊙ H_prev: XLA computes
     those), at the sizes where it pays (above)."""
+    mod, _ = _module()
     pairs = cfg.cell == "lstm" or bool(cfg.linear_before_reset)
-    return pairs and batch >= NATIVE_DR_MIN_BATCH and 4 * cfg.num_gates * hidden * hidden <= NATIVE_DR_MAX_BYTES
+    big_enough = mod is not None and batch >= mod.dr_min_rows()
+    return pairs and big_enough and 4 * cfg.num_gates * hidden * hidden <= NATIVE_DR_MAX_BYTES
 
 
 def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
