@@ -322,14 +322,17 @@ DR_CASES = [("gru", {"linear_before_reset": 1, "clip": 2.0}),
 
 
 @pytest.mark.parametrize(("cell", "opts"), DR_CASES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(DR_CASES)])
-@pytest.mark.parametrize(("N", "direction", "threads"), [(40, "bidirectional", "1"), (64, "reverse", "2")])
-def test_native_dr_matches_xla(monkeypatch, cell, opts, N, direction, threads):
+@pytest.mark.parametrize(("N", "direction", "threads", "isa"),
+                         [(40, "bidirectional", "1", "best"), (64, "reverse", "2", "best"), (40, "forward", "2", "avx2"),
+                          (64, "bidirectional", "2", "generic")])
+def test_native_dr_matches_xla(monkeypatch, cell, opts, N, direction, threads, isa):
     """At N >= dr_min_rows() (32) the backward's call computes dR = sum dG^T.H_prev itself (from
     Y in place for the GRU, from the residuals for the LSTM, in chunks of steps): every gradient
     equals xla's. H = 40 pads its last block; 40 rows in one group make chunks of 7 steps (17 steps:
     7, 7, 3), 64 rows on 2 threads two groups of 32 reduced step by step; ragged lengths include
-    0 and the full length; initial states are given."""
+    0 and the full length; initial states are given; the AVX2 and generic kernels' tiles too."""
     monkeypatch.setenv(native.THREADS_ENV, threads)
+    monkeypatch.setenv(native.ISA_ENV, isa)
     L, H = 17, 40
     lens = np.random.default_rng(N).integers(0, L + 1, N)
     lens[:2] = [0, L]
