@@ -123,6 +123,57 @@ def test_every_isa_and_tile_tail(monkeypatch, isa, cell, lbr):
         np.testing.assert_allclose(g, w, atol=2e-5, rtol=1e-5)
 
 
+def _saturating_lstm(x):
+    """A one-step LSTM, I = 1, H = 16, whose cell state is exactly one activation of x:
+    units 0-7 c = tanh(x) (i saturates to 1), units 8-15 c = sigmoid(x) (g = tanh saturates to 1);
+    f saturates to 0 and o to 1, so Y_h = tanh(c). x is the pre-activation exactly (weight 1,
+    bias 0). Returns Y_h and Y_c as float64 [N, 16]."""
+    H = 16
+    w = np.zeros((1, 4 * H, 1), np.float32)  # gates i, o, f, c
+    b = np.zeros((1, 8 * H), np.float32)
+    w[0, 3 * H : 3 * H + 8] = 1.0  # g's input: x
+    b[0, 8:H] = 0.0
+    w[0, 8:H] = 1.0  # i's input: x
+    b[0, :8] = 20.0  # i = sigmoid(20) = 1 in float32
+    b[0, 3 * H + 8 : 4 * H] = 20.0  # g = tanh(20) = 1
+    b[0, H : 2 * H] = 20.0  # o = 1
+    b[0, 2 * H : 3 * H] = -100.0  # f = 0
+    params = jaxgru.LSTMParams(jnp.asarray(w), jnp.zeros((1, 4 * H, H), jnp.float32), jnp.asarray(b))
+    return params, jnp.asarray(x, jnp.float32).reshape(1, -1, 1)
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+def test_default_activations_keep_float32_accuracy(monkeypatch, isa):
+    """The kernels' own exp/sigmoid/tanh (a fitted polynomial, csrc/kernels.inc) against float64
+    numpy on 131k pre-activations over [-30, 30] and the edges (tiny, huge, NaN): tanh
+    within 2.5e-7 absolute, sigmoid within 1.5e-7 absolute and 4e-7 relative (float32's spacing
+    at 1 is 1.2e-7; an error of a coefficient shows as 1e-5)."""
+    monkeypatch.setenv(native.ISA_ENV, isa)
+    jax.clear_caches()
+    grid = np.linspace(-30.0, 30.0, 131_000, dtype=np.float32)
+    # (not +-inf: the other gates' zero weights make 0 * inf = NaN, as IEEE says)
+    edges = np.array([0.0, -0.0, 1e-30, -1e-30, 1e-7, -1e-7, 88.0, -88.0, 89.0, -89.0, 1e4, -1e4, np.nan], np.float32)
+    x = np.concatenate([grid, edges])
+    params, xs = _saturating_lstm(x)
+    _, y_h, y_c = jaxgru.lstm(params, xs, backend="cpu")
+    c = np.asarray(y_c[0], np.float64)
+    h = np.asarray(y_h[0], np.float64)
+    xd = x.astype(np.float64)[:, None]
+    with np.errstate(over="ignore"):
+        sig = 1.0 / (1.0 + np.exp(-xd))
+    finite = ~np.isnan(x)
+    assert np.isnan(c[~finite]).all() and np.isnan(h[~finite]).all()
+    tanh_err = np.abs(c[finite, :8] - np.tanh(xd[finite]))
+    sig_err = np.abs(c[finite, 8:] - sig[finite])
+    assert tanh_err.max() <= 2.5e-7, f"tanh: {tanh_err.max():.3g} at x = {x[finite][tanh_err.max(1).argmax()]}"
+    assert sig_err.max() <= 1.5e-7, f"sigmoid: {sig_err.max():.3g}"
+    tiny = sig[finite] > 1e-30
+    rel = sig_err[tiny[:, 0]] / sig[finite][tiny[:, 0]]
+    assert rel.max() <= 4e-7, f"sigmoid relative: {rel.max():.3g}"
+    # and tanh again, on the cell state itself (Y_h = tanh(c))
+    np.testing.assert_allclose(h[finite], np.tanh(c[finite]), atol=2.5e-7, rtol=0)
+
+
 BATCH1 = [("gru", {"linear_before_reset": 0}), ("gru", {"linear_before_reset": 1, "direction": "reverse"}),
           ("lstm", {"peep": True, "direction": "bidirectional"}), ("lstm", {"clip": 0.9, "c0": True})]
 
