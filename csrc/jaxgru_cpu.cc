@@ -492,6 +492,9 @@ void prepare(Call& c) {
 // slower that way, at H = 64-128 and N = 16 0.85-0.92x of the time of threads meeting per step
 // (benchmarks/cpu_native_ab.py --wall).
 constexpr int64_t kGroupR = 512 << 10;
+// Batch 1 reads R's rows instead of packing it for sequences shorter than this (call_forward):
+// at L = 1-4 rows were 0.6-0.9x of panels' time, at 16 even, at 100-1000 1.3-1.5x.
+constexpr int64_t kRowsMaxSteps = 16;
 // native dR: its reductions run over a row group's rows step by step, so a group keeps at least
 // this many (and native.py leaves dR to XLA below this batch: dr_min_rows() below)
 constexpr int64_t kDrRows = 32;
@@ -583,9 +586,10 @@ ffi::Error run_layer(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32
   if (xd.size() != 3 || !configure(c, at, xd[0], xd[1], xd[2], r.dimensions()))
     return ffi::Error::InvalidArgument("jaxgru_cpu: operands of unexpected shapes");
   if (!at.residuals) ly.K = 0;
-  // batch 1: a step is a matrix-vector product that streams all of R once, as fast from R's own
-  // rows as from panels, so R is not packed (1 MiB read and written per call at LSTM H = 256)
-  ly.r_rows = ly.N == 1 && ly.H % kBlock == 0;
+  // batch 1, a few steps: R is not packed (1 MiB read and written per call at LSTM H = 256); the
+  // steps read its rows (gemv_rows). Its reduction by transposes costs more per step than the
+  // panel's tile<1, G>: from 16 steps on, R is packed (benchmarks/performance_notes.md).
+  ly.r_rows = ly.N == 1 && ly.H % kBlock == 0 && ly.L < kRowsMaxSteps;
   ly.x = x.typed_data(); ly.w = w.typed_data(); ly.r = r.typed_data(); ly.b = b.typed_data();
   ly.p = p; ly.h0 = h0.typed_data(); ly.c0 = c0; ly.lens = lens.typed_data();
   ly.y = y->typed_data(); ly.yh = yh->typed_data(); ly.yc = yc; ly.res = at.residuals ? res->typed_data() : nullptr;

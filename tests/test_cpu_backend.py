@@ -180,14 +180,15 @@ BATCH1 = [("gru", {"linear_before_reset": 0}), ("gru", {"linear_before_reset": 1
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
 @pytest.mark.parametrize(("cell", "opts"), BATCH1, ids=[f"{c}-{i}" for i, (c, _) in enumerate(BATCH1)])
-def test_batch_one_reads_r_rows(monkeypatch, isa, cell, opts):
-    """Batch 1 with H a multiple of 16 (H = 48, three blocks): the steps read R's rows, not its
-    panels (GRU lbr=0 in both phases; the default activations and a clip): agrees with
-    onnxruntime and xla on each instruction set."""
+@pytest.mark.parametrize("L", [5, 17])
+def test_batch_one(monkeypatch, isa, cell, opts, L):
+    """Batch 1 with H a multiple of 16 (H = 48, three blocks): under 16 steps the steps read R's
+    rows, from 16 on its panels through one-row tiles (GRU lbr=0 in both phases; the default
+    activations and a clip): agrees with onnxruntime and xla on each instruction set."""
     monkeypatch.setenv(native.ISA_ENV, isa)
     opts = dict(opts)
     kw = {k: opts.pop(k) for k in ("c0", "peep", "direction") if k in opts}
-    case = random_case(np.random.default_rng(7), cell, L=5, N=1, I=20, H=48, h0=True, **kw, **opts)
+    case = random_case(np.random.default_rng(7), cell, L=L, N=1, I=20, H=48, h0=True, **kw, **opts)
     jax.clear_caches()
     _check(case)
 
