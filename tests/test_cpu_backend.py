@@ -539,11 +539,20 @@ def test_threads_that_lose_their_core_leave_the_call():
     assert report["max_err"] < 2e-5, report
 
 
-def test_auto_picks_cpu_where_built(monkeypatch):
+def test_auto_picks_cpu_where_built_with_avx512(monkeypatch):
+    """auto runs the native kernels only where they have AVX-512; with AVX2 or the portable
+    kernels (here: capped by JAXGRU_CPU_ISA) it picks xla and says why."""
     monkeypatch.delenv(backends.ENV, raising=False)
+    monkeypatch.delenv(native.ISA_ENV, raising=False)
     monkeypatch.setattr(backends.jax, "default_backend", lambda: "cpu")
     monkeypatch.setattr(backends, "gpu_device_node", lambda: None)
-    assert backends.automatic()[0] == "cpu"
+    best = native.status()["isa"]
+    assert backends.automatic()[0] == ("cpu" if best == "avx512" else "xla")
+    for isa in ("avx2", "generic"):
+        monkeypatch.setenv(native.ISA_ENV, isa)
+        choice, reason = backends.automatic()
+        assert choice == "xla" and f"its {isa} kernels are slower" in reason and "backend='cpu'" in reason
+    monkeypatch.delenv(native.ISA_ENV)
     monkeypatch.setattr(native, "available", lambda: False)
     choice, reason = backends.automatic()
     assert choice == "xla" and "not built" in reason

@@ -137,7 +137,7 @@ def test_auto_skips_the_probe_without_a_gpu_device_node(monkeypatch):
     monkeypatch.setattr(backends, "gpu_device_node", lambda: None)
     monkeypatch.setattr(backends, "adapter_status", _no_probe)
     choice, reason = backends.automatic()
-    assert choice == ("cpu" if native.available() else "xla") and "no GPU device node" in reason
+    assert choice == ("cpu" if native.auto_choice()[0] else "xla") and "no GPU device node" in reason
     params = jaxgru.init_gru(jax.random.key(0), 3, 4)
     y, _ = jaxgru.gru(params, jnp.ones((5, 2, 3)))  # the public call does not probe either
     assert y.shape == (5, 1, 2, 4)
@@ -152,7 +152,7 @@ def test_a_gpu_host_still_probes_and_picks_a_hardware_adapter(monkeypatch, adapt
     adapter = {"name": "Some GPU", "adapter_type": adapter_type, "backend_type": "Vulkan"}
     monkeypatch.setattr(backends, "adapter_status", lambda: {"available": True, "adapter": adapter})
     if want == "cpu-lowering":  # a software adapter: the CPU lowering, native where built
-        want = "cpu" if native.available() else "xla"
+        want = "cpu" if native.auto_choice()[0] else "xla"
     assert backends.automatic()[0] == want
     monkeypatch.setattr(backends.jax, "default_backend", lambda: "gpu")  # JAX on the GPU: xla
     assert backends.automatic()[0] == "xla"

@@ -294,7 +294,7 @@ def test_auto_choice_and_env_override(monkeypatch, adapter):
     if adapter["adapter_type"] in backends.HARDWARE_ADAPTERS and jax.default_backend() == "cpu":
         assert choice == "wgsl"
     else:  # the CPU lowering: native where built
-        assert choice == ("cpu" if native.available() else "xla") and reason
+        assert choice == ("cpu" if native.auto_choice()[0] else "xla") and reason
     assert _forward_backend() == choice
     monkeypatch.setenv(backends.ENV, "wgsl")
     assert _forward_backend() == "wgsl"

@@ -88,12 +88,12 @@ ENV_CHOICES = ("xla", "wgsl", "cpu")
 
 
 def _on_cpu(why: str) -> tuple[str, str]:
-    """The CPU lowering ``auto`` picks when no hardware GPU adapter is: native where built."""
+    """The CPU lowering ``auto`` picks when no hardware GPU adapter is: native where built and
+    fast (native.auto_choice)."""
     from jaxgru._src import native
 
-    if native.available():
-        return "cpu", f"{why}; the native CPU lowering is built"
-    return "xla", f"{why}; the native CPU lowering is not built"
+    use, because = native.auto_choice()
+    return ("cpu" if use else "xla"), f"{why}; {because}"
 
 
 def automatic() -> tuple[str, str]:

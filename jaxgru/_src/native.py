@@ -97,6 +97,24 @@ def status() -> dict:
             "reason": f"kernels for {mod.isa(0)} (by cpuid)"}
 
 
+# The instruction sets whose kernels ``auto`` picks. The kernels are written on 16-float vectors,
+# which GCC keeps in registers only with AVX-512. With AVX2 or the portable path it lowers them
+# through memory: those calls ran 9-27x slower than the xla lowering at batch 1-64 on an AVX-512
+# machine capped by JAXGRU_CPU_ISA (docs/backends.md).
+AUTO_ISAS = ("avx512",)
+
+
+def auto_choice() -> tuple[bool, str]:
+    """Whether ``backend="auto"`` runs the native CPU lowering here, and why."""
+    st = status()
+    if not st["available"]:
+        return False, "the native CPU lowering is not built"
+    if st["isa"] not in AUTO_ISAS:
+        return False, (f"the native CPU lowering is built, but its {st['isa']} kernels are slower than "
+                       "the xla lowering (they are fast with AVX-512 only); backend='cpu' still runs them")
+    return True, f"the native CPU lowering is built ({st['isa']} kernels)"
+
+
 def _attrs(cfg: RNNConfig, residuals: bool) -> dict[str, Any]:
     acts = [a for per_dir in cfg.activations for a in per_dir]
     acts += [acts[-1]] * (MAX_ACTIVATIONS - len(acts))
