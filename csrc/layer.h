@@ -40,7 +40,7 @@ struct Dir {
   float* z = nullptr;        // [N][Hp]: GRU lbr=0, z between the two phases of a step
   float* rh = nullptr;       // [N][Hp]: GRU lbr=0, r*H, the operand of the second phase
   // backward
-  float* rtpanel = nullptr;  // nb x [G*H][16]: R's columns of block j (dH_prev = dG . R)
+  float* rtpanel = nullptr;  // [G*H][16 * rt_blocks] per rt_blocks blocks: R's columns (rt_block)
   float* dh[2] = {nullptr, nullptr};  // [N][Hp] each: the cotangent of H, double-buffered
   float* dc = nullptr;       // [N][Hp]: LSTM, the cotangent of C (tile-local)
   float* ghz = nullptr;      // [N][Hp]: the part of dH_prev that is not a matmul
@@ -84,6 +84,7 @@ struct Layer {
   const float *gy = nullptr, *dhT = nullptr, *dcT = nullptr;
   float *dgx = nullptr, *dgh = nullptr, *dh0 = nullptr, *dc0 = nullptr;
   int rows_bwd = 1;  // rows per tile of the elementwise phase (dsum's row tiles)
+  int64_t rt_blocks = 1;  // blocks per row of rtpanel: 2 (pairs) where a pair's panel is small (rt_block)
   // dR = sum over steps and rows of dG^T . H_prev, [D][G*H][H], computed by the call (GRU lbr=1:
   // its h rows from dgh) in chunks of `rchunk` steps, so the XLA program holds no copy of H_prev
   // for it (null: XLA computes it, GRU lbr=0, whose h rows pair with r*H_prev)

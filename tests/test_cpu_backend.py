@@ -323,11 +323,15 @@ def test_sorted_lengths_skip_ended_rows(cell, opts):
 
 
 @pytest.mark.parametrize(("cell", "opts"), [("gru", {"linear_before_reset": 1}), ("lstm", {"peep": True})])
-def test_gradients_match_xla_at_many_blocks_and_uneven_row_tiles(cell, opts):
+@pytest.mark.parametrize("H", [150, 700])
+def test_gradients_match_xla_at_many_blocks_and_uneven_row_tiles(cell, opts, H):
     """The backward with its work spread over many units: H = 150 is 10 blocks of 16 units (the
-    last one padded), 13 rows make uneven row tiles, and the lengths include 0 (bidirectional)."""
-    case = random_case(np.random.default_rng(15), cell, L=4, N=13, I=5, H=150, direction="bidirectional",
-                       h0=True, lens=[4, 1, 0, 3, 4, 2, 4, 4, 1, 3, 4, 0, 2], **opts)
+    last one padded), 13 rows make uneven row tiles, and the lengths include 0 (bidirectional).
+    dH = dG.R runs on pairs of blocks at H = 150 and on single blocks at H = 700 (a pair's panel
+    of R over 256 KiB; its weights scaled by 1/sqrt(H), so that the gates do not saturate)."""
+    case = random_case(np.random.default_rng(15), cell, L=4, N=13, I=5, H=H, direction="bidirectional",
+                       h0=True, lens=[4, 1, 0, 3, 4, 2, 4, 4, 1, 3, 4, 0, 2], scale=0.5 * min(1.0, (150 / H) ** 0.5),
+                       **opts)
     fn = jaxgru.gru if cell == "gru" else jaxgru.lstm
     kw = case.kwargs(0)
 
