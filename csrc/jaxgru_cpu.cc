@@ -492,7 +492,7 @@ void prepare(Call& c) {
 // slower that way, at H = 64-128 and N = 16 0.85-0.92x of the time of threads meeting per step
 // (benchmarks/cpu_native_ab.py --wall).
 constexpr int64_t kGroupR = 512 << 10;
-// Batch 1 reads R's rows instead of packing it for sequences shorter than this (call_forward):
+// Batch 1 reads R's rows instead of packing it for sequences shorter than this (run_layer):
 // at L = 1-4 rows were 0.6-0.9x of panels' time, at 16 even, at 100-1000 1.3-1.5x.
 constexpr int64_t kRowsMaxSteps = 16;
 // The largest panel (bytes) of a pair of blocks in the backward's dH = dG . R (Layer::rt_blocks).
