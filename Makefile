@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 export XDG_RUNTIME_DIR ?= /tmp
 PYTEST_WORKERS ?= 2
 
-.PHONY: all test demo lint bench bench-quick docs fuzz vulkan dawn env clean
+.PHONY: all test demo lint bench bench-quick docs fuzz vulkan dawn arm64 env clean
 
 all: test
 
@@ -32,11 +32,15 @@ vulkan:
 dawn:
 	@sh .ci/install-dawn.sh
 
+# An aarch64 cross compiler and qemu for tests/test_cpu_portable_arm64.py (the NEON kernels).
+arm64:
+	@sh .ci/install-arm64.sh
+
 lint: $(STAMP)
 	$(PY) -m ruff check jaxgru tests benchmarks
 	$(PY) -m pyright
 
-test: $(STAMP) vulkan dawn lint
+test: $(STAMP) vulkan dawn arm64 lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=15
 
 # e.g. make demo DEMO_ARGS="--steps 300 --seed 1"

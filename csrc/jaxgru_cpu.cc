@@ -634,7 +634,8 @@ ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::
   ly.rows_bwd = c.k->rows_bwd;
   // the backward's dH = dG . R on pairs of blocks (one 8 x 2 tile, ~1.35x the 8 x 1's rate) where
   // a pair's panel is at most 256 KiB; at LSTM H = 1024 (512 KiB) the step ran 1.08x slower
-  ly.rt_blocks = static_cast<int64_t>(sizeof(float)) * ly.G * ly.H * 2 * kBlock <= kPairPanel ? 2 : 1;
+  const int64_t pair_panel = static_cast<int64_t>(sizeof(float)) * ly.G * ly.H * 2 * kBlock;
+  ly.rt_blocks = c.k->bwd_blocks >= 2 && pair_panel <= kPairPanel ? 2 : 1;
   ly.r = r.typed_data(); ly.p = p; ly.lens = lens.typed_data();
   ly.gy = gy.typed_data(); ly.res = const_cast<float*>(res.typed_data());
   ly.y = y ? const_cast<float*>(y->typed_data()) : nullptr;  // read only

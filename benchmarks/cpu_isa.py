@@ -1,0 +1,79 @@
+"""The native CPU lowering's kernels of each instruction set against the xla lowering, wall time,
+in one process: the evidence behind ``backend="auto"``'s choice (native.AUTO_ISAS).
+
+    python benchmarks/cpu_isa.py [--only lstm] [--repeats 9] [--isas avx512,avx2,generic]
+
+Each ISA's kernels run on this machine capped by ``JAXGRU_CPU_ISA`` (read at lowering), so one
+machine times them all; the xla lowering is jaxgru-xla, with the suite's cases (cases.FULL) and
+samples (run.py). Caveat: XLA's matrix products (YNNPACK) pick their kernels by cpuid and cannot
+be capped, so on an AVX-512 machine the AVX2 and portable kernels race an xla that keeps its
+AVX-512 products. Writes benchmarks/results/cpu_isa.json and prints one line per case (ms, each
+ISA over xla), then per ISA the geo-mean of those ratios and the cases under 1.0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from _timing import interleaved_medians, save, warm_seconds
+from cases import FULL
+from peers import JaxgruPeer, make_data
+from run import SAMPLE_MS, calls_per_sample
+
+from jaxgru._src import native
+
+
+def _capped(case, data, isa: str):
+    """jaxgru-cpu lowered with its kernels capped to ``isa`` (the env var is read at lowering)."""
+    os.environ[native.ISA_ENV] = isa
+    try:
+        fn = JaxgruPeer("cpu").build(case, data)
+    finally:
+        os.environ.pop(native.ISA_ENV, None)
+    fn()
+    return fn
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default="", help="cases whose name contains this text")
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--isas", default="avx512,avx2,generic", help="the ISAs to time, where this CPU runs them")
+    args = ap.parse_args(argv)
+    if not native.available():
+        raise SystemExit("the native CPU extension is not built")
+    best = native.status()["isa"]
+    isas = [i for i in args.isas.split(",") if native.ISAS.index(i) >= native.ISAS.index(best)]
+    rows = []
+    for case in [c for c in FULL if args.only in c.name]:
+        data = make_data(case)
+        fns = {"xla": JaxgruPeer("xla").build(case, data)}
+        fns["xla"]()
+        fns.update({isa: _capped(case, data, isa) for isa in isas})
+        inner = calls_per_sample(warm_seconds(fns), SAMPLE_MS / 1e3)
+        med = {k: v * 1e3 for k, v in interleaved_medians(fns, args.repeats, inner=inner, rotate=True).items()}
+        row = {"case": case.name, "median_ms": med, "vs_xla": {i: med[i] / med["xla"] for i in isas}}
+        rows.append(row)
+        cells = " ".join(f"{k}={v:.3f}" for k, v in med.items())
+        ratios = " ".join(f"{i}/xla={r:.2f}" for i, r in row["vs_xla"].items())
+        print(f"{case.name}: {cells} | {ratios}", flush=True)
+    summary = {}
+    for isa in isas:
+        rs = [r["vs_xla"][isa] for r in rows]
+        if rs:
+            summary[isa] = {"geo_mean_vs_xla": math.exp(sum(map(math.log, rs)) / len(rs)),
+                            "faster_cases": sum(r < 1.0 for r in rs), "cases": len(rs)}
+            s = summary[isa]
+            print(f"{isa}: geo-mean {s['geo_mean_vs_xla']:.2f}x xla, faster on {s['faster_cases']} of {s['cases']}")
+    save("cpu_isa", {"isas": isas, "rows": rows, "summary": summary})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

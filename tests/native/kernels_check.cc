@@ -1,0 +1,175 @@
+// The portable kernels' building blocks against plain double-precision loops: for a target this
+// machine cannot run natively (tests/test_cpu_portable_arm64.py cross-compiles this file for
+// aarch64, where the kernels use NEON, and runs it under qemu). It includes the portable kernels'
+// translation unit, so it checks the code and the tile shapes that target compiles:
+//   - tile_g: every gate count and row count up to kMaxRows (the register tiles, and the split of
+//     those whose accumulators do not fit), with K not a multiple of anything and padded panels;
+//   - pack: the 16 x 16 register transposes, including a partial last block;
+//   - gemv_rows: batch 1's product from R's rows (its row groups and transpose reduction);
+//   - the activations: exp, sigmoid and tanh to their documented accuracy, NaN kept, and every
+//     other activation's value.
+// Prints one line per failure and a summary; exits 1 on any failure.
+#include "../../csrc/kernels_generic.cc"
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+using namespace jaxgru_cpu;
+using namespace jaxgru_cpu::generic;
+
+namespace {
+
+int failures = 0;
+int checks = 0;
+
+void expect(bool ok, const char* what, double got, double want, int a = 0, int b = 0, int c = 0) {
+  ++checks;
+  if (ok) return;
+  if (++failures <= 20) std::printf("FAIL %s (%d, %d, %d): got %.9g, want %.9g\n", what, a, b, c, got, want);
+}
+
+std::mt19937 rng(7);
+float uniform() { return std::uniform_real_distribution<float>(-1.f, 1.f)(rng); }
+
+void check_tiles() {
+  for (int G = 1; G <= 4; ++G)
+    for (int rows = 1; rows <= kMaxRows; ++rows)
+      for (int64_t K : {1, 3, 16, 37})
+        for (int pad : {0, 16}) {
+          const int64_t ldp = G * kBlock + pad;
+          std::vector<float> panel(K * ldp), a(rows * K);
+          for (auto& v : panel) v = uniform();
+          for (auto& v : a) v = uniform();
+          const float* rows_p[kMaxRows];
+          for (int r = 0; r < rows; ++r) rows_p[r] = a.data() + r * K;
+          vf out[kMaxRows * 4];
+          tile_g(G, rows, rows_p, K, panel.data(), out, pad ? ldp : 0);
+          for (int r = 0; r < rows; ++r)
+            for (int g = 0; g < G; ++g)
+              for (int u = 0; u < kBlock; ++u) {
+                double want = 0, scale = 0;
+                for (int64_t k = 0; k < K; ++k) {
+                  const double t = double(a[r * K + k]) * panel[k * ldp + g * kBlock + u];
+                  want += t;
+                  scale += std::fabs(t);
+                }
+                const double got = lane(out[r * G + g], u);
+                expect(std::fabs(got - want) <= 1e-6 * scale + 1e-7, "tile_g", got, want, G, rows, int(K));
+              }
+        }
+}
+
+void check_pack() {
+  const int64_t H = 40, K = 37, G = 3;  // blocks of 16, 16 and 8 units
+  std::vector<float> m(G * H * K);
+  for (auto& v : m) v = uniform();
+  for (int64_t j = 0; j < 3; ++j) {
+    const int64_t nu = imin(kBlock, H - j * kBlock);
+    std::vector<float> dst(K * G * kBlock, 99.f);
+    pack(m.data(), H, G, 0, K, j, dst.data());
+    for (int64_t k = 0; k < K; ++k)
+      for (int g = 0; g < G; ++g)
+        for (int u = 0; u < kBlock; ++u) {
+          const float want = u < nu ? m[(g * H + j * kBlock + u) * K + k] : 0.f;
+          const float got = dst[(k * G + g) * kBlock + u];
+          expect(got == want, "pack", got, want, int(j), int(k), g * kBlock + u);
+        }
+  }
+}
+
+void check_gemv_rows() {
+  const int64_t H = 48, K = 48;
+  std::vector<float> m(3 * H * K), a(K);
+  for (auto& v : m) v = uniform();
+  for (auto& v : a) v = uniform();
+  for (int64_t j = 0; j < 3; ++j)
+    for (auto [G, row0] : {std::pair<int, int64_t>{3, 0}, {1, 2 * H}}) {
+      vf out[4];
+      gemv_rows(m.data(), H, G, row0, K, j, a.data(), out);
+      for (int g = 0; g < G; ++g)
+        for (int u = 0; u < kBlock; ++u) {
+          double want = 0, scale = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double t = double(m[(row0 + g * H + j * kBlock + u) * K + k]) * a[k];
+            want += t;
+            scale += std::fabs(t);
+          }
+          const double got = lane(out[g], u);
+          expect(std::fabs(got - want) <= 1e-6 * scale + 1e-7, "gemv_rows", got, want, int(j), g, u);
+        }
+    }
+}
+
+// f at float x, lane by lane over the whole block
+template <class F>
+vf lanes_of(float x0, float step, F f) {
+  float in[kBlock];
+  for (int i = 0; i < kBlock; ++i) in[i] = x0 + i * step;
+  return f(load(in));
+}
+
+double ref_act(int id, double x, double alpha, double beta) {
+  switch (id) {
+    case kRelu: return x < 0 ? 0 : x;
+    case kTanh: return std::tanh(x);
+    case kSigmoid: return 1 / (1 + std::exp(-x));
+    case kAffine: return alpha * x + beta;
+    case kLeakyRelu: return x >= 0 ? x : alpha * x;
+    case kThresholdedRelu: return x > alpha ? x : 0;
+    case kScaledTanh: return alpha * std::tanh(beta * x);
+    case kHardSigmoid: return std::fmin(1, std::fmax(0, alpha * x + beta));
+    case kElu: return x >= 0 ? x : alpha * (std::exp(x) - 1);
+    case kSoftsign: return x / (1 + std::fabs(x));
+    default: return std::log1p(std::exp(x));  // kSoftplus
+  }
+}
+
+void check_activations() {
+  double exp_rel = 0, sig_abs = 0, tanh_abs = 0;
+  for (int n = 0; n < 20000; ++n) {
+    const float x0 = -87.f + n * (175.f / 20000);
+    const float step = 175.f / 20000 / kBlock;
+    const vf e = lanes_of(x0, step, [](vf v) { return vexp(v); });
+    const vf s = lanes_of(x0 / 4, step / 4, [](vf v) { return vsigmoid(v); });
+    const vf t = lanes_of(x0 / 4, step / 4, [](vf v) { return vtanh(v); });
+    for (int i = 0; i < kBlock; ++i) {
+      const double x = double(x0 + i * step), xq = double(x0 / 4 + i * (step / 4));
+      exp_rel = std::fmax(exp_rel, std::fabs(lane(e, i) - std::exp(x)) / std::exp(x));
+      sig_abs = std::fmax(sig_abs, std::fabs(lane(s, i) - 1 / (1 + std::exp(-xq))));
+      tanh_abs = std::fmax(tanh_abs, std::fabs(lane(t, i) - std::tanh(xq)));
+    }
+  }
+  // csrc/kernels.inc: exp within 1.2e-7 relative; the Python tests' bounds for sigmoid and tanh
+  expect(exp_rel <= 1.5e-7, "exp relative error", exp_rel, 1.5e-7);
+  expect(sig_abs <= 1.5e-7, "sigmoid absolute error", sig_abs, 1.5e-7);
+  expect(tanh_abs <= 2.5e-7, "tanh absolute error", tanh_abs, 2.5e-7);
+  const vf nan = splat(NAN);
+  expect(std::isnan(lane(vtanh(nan), 3)), "tanh(NaN)", lane(vtanh(nan), 3), NAN);
+  expect(std::isnan(lane(vsigmoid(nan), 5)), "sigmoid(NaN)", lane(vsigmoid(nan), 5), NAN);
+  for (int id = 0; id < kNumActs; ++id) {
+    const Activation a{id, 0.7f, 0.3f};
+    for (int n = 0; n < 64; ++n) {
+      const float x0 = -6.f + n * (12.f / 64);
+      const vf y = lanes_of(x0, 12.f / 64 / kBlock, [&](vf v) { return act(a, v, 0.f); });
+      for (int i = 0; i < kBlock; ++i) {
+        const double x = double(x0 + i * (12.f / 64 / kBlock));
+        const double want = ref_act(id, x, a.alpha, a.beta);
+        expect(std::fabs(lane(y, i) - want) <= 1e-6 * (1 + std::fabs(want)), "act", lane(y, i), want, id, n, i);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main() {
+  check_tiles();
+  check_pack();
+  check_gemv_rows();
+  check_activations();
+  std::printf("%s kernels (%d-float vectors, %d per block): %d checks, %d failures\n", JAXGRU_ISA_NAME, kLanes,
+              kParts, checks, failures);
+  return failures ? 1 : 0;
+}
