@@ -1,6 +1,7 @@
 """The portable kernels as aarch64 builds them (NEON, and the tile shapes of that target), run
 under qemu's user-mode emulator: tests/native/kernels_check.cc checks the register tiles, the
-packing transposes, batch 1's product and the activations against double-precision loops.
+packing transposes, batch 1's product and the activations against double-precision loops. And
+the whole extension (the FFI handlers and the portable kernels) compiled and linked for aarch64.
 
 Built by GCC's aarch64 cross compiler and by Clang for aarch64 (Clang is macOS's compiler), at
 the -O3 of CMakeLists.txt. Needs aarch64-linux-gnu-g++ and qemu-aarch64 (`make arm64` installs
@@ -13,7 +14,9 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sysconfig
 
+import jax.ffi
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -44,3 +47,31 @@ def test_portable_kernels_on_aarch64_under_qemu(tmp_path, compiler):
     assert run.returncode == 0 and " 0 failures" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
     # the NEON build: 4-float vectors, four to a 16-float block
     assert "generic kernels (4-float vectors, 4 per block)" in run.stdout, run.stdout
+
+
+def test_the_extension_compiles_and_links_for_aarch64(tmp_path):
+    """csrc/ as CMakeLists.txt builds it where the processor is not x86 (jaxgru_cpu.cc and the
+    portable kernels, no JAXGRU_HAVE_X86_KERNELS): a shared object whose only unresolved symbols
+    are Python's C API (the interpreter provides them) and the C/C++ runtime's versioned ones.
+    The Python headers are this interpreter's (pyconfig.h of x86-64: the same LP64 sizes)."""
+    cxx = _tools("gcc")
+    flags = ["-std=c++17", "-O3", "-fPIC", "-fvisibility=hidden", "-Wno-psabi", "-Wno-attributes", f"-I{ROOT / 'csrc'}",
+             f"-I{jax.ffi.include_dir()}", f"-I{sysconfig.get_paths()['include']}"]
+    objs = []
+    for src in ("jaxgru_cpu.cc", "kernels_generic.cc"):
+        obj = tmp_path / f"{src}.o"
+        out = subprocess.run([*cxx, *flags, "-c", str(ROOT / "csrc" / src), "-o", str(obj)],
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        objs.append(str(obj))
+    so = tmp_path / "_jaxgru_cpu.so"
+    out = subprocess.run([*cxx, "-shared", "-o", str(so), *objs, "-lpthread"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    nm = subprocess.run(["aarch64-linux-gnu-nm", "-D", "--undefined-only", str(so)], capture_output=True, text=True)
+    assert nm.returncode == 0, nm.stderr
+    unresolved = [line.split()[-1] for line in nm.stdout.splitlines()
+                  if line.split()[0] == "U" and "@" not in line and not line.split()[-1].startswith(("Py", "_Py"))]
+    assert not unresolved, unresolved
+    assert "PyInit__jaxgru_cpu" in subprocess.run(["aarch64-linux-gnu-nm", "-D", "--defined-only", str(so)],
+                                                  capture_output=True, text=True).stdout
