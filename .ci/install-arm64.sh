@@ -8,17 +8,4 @@ if command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 && command -v qemu-aarch64 >
     && command -v clang++ >/dev/null 2>&1; then
     exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "install-arm64: apt-get not found; the aarch64 kernel checks will skip."
-    exit 0
-fi
-SUDO=""
-if [ "$(id -u)" != "0" ]; then
-    if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
-        echo "install-arm64: not root and no sudo; run: apt-get install -y g++-aarch64-linux-gnu qemu-user clang"
-        exit 0
-    fi
-fi
-echo "install-arm64: installing g++-aarch64-linux-gnu qemu-user clang"
-$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq g++-aarch64-linux-gnu qemu-user clang >/dev/null \
-    || echo "install-arm64: apt-get failed; the aarch64 kernel checks will skip."
+exec sh "$(dirname "$0")/apt-install.sh" install-arm64 g++-aarch64-linux-gnu qemu-user clang

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import pathlib
 import sys
 
@@ -23,21 +22,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from _timing import interleaved_medians, save, warm_seconds
 from cases import FULL
-from peers import JaxgruPeer, make_data
+from peers import JaxgruPeer, jaxgru_cpu_with, make_data
 from run import SAMPLE_MS, calls_per_sample
 
 from jaxgru._src import native
-
-
-def _capped(case, data, isa: str):
-    """jaxgru-cpu lowered with its kernels capped to ``isa`` (the env var is read at lowering)."""
-    os.environ[native.ISA_ENV] = isa
-    try:
-        fn = JaxgruPeer("cpu").build(case, data)
-    finally:
-        os.environ.pop(native.ISA_ENV, None)
-    fn()
-    return fn
 
 
 def main(argv=None) -> int:
@@ -55,7 +43,7 @@ def main(argv=None) -> int:
         data = make_data(case)
         fns = {"xla": JaxgruPeer("xla").build(case, data)}
         fns["xla"]()
-        fns.update({isa: _capped(case, data, isa) for isa in isas})
+        fns.update({isa: jaxgru_cpu_with(case, data, native.ISA_ENV, isa) for isa in isas})
         inner = calls_per_sample(warm_seconds(fns), SAMPLE_MS / 1e3)
         med = {k: v * 1e3 for k, v in interleaved_medians(fns, args.repeats, inner=inner, rotate=True).items()}
         row = {"case": case.name, "median_ms": med, "vs_xla": {i: med[i] / med["xla"] for i in isas}}

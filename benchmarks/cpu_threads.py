@@ -15,7 +15,6 @@ per case: medians in ms, the default over one thread, and over the best peer.
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
 import subprocess
 import sys
@@ -24,7 +23,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from _timing import interleaved_medians, save
 from cases import Case
-from peers import JaxgruPeer, OnnxRuntimePeer, TorchPeer, make_data
+from peers import OnnxRuntimePeer, TorchPeer, jaxgru_cpu_with, make_data
 
 from jaxgru._src import native
 
@@ -33,20 +32,6 @@ CASES = [Case("gru", "forward", 100, 1, 256, 256), Case("lstm", "forward", 100, 
          Case("gru", "forward", 100, 16, 128, 128), Case("lstm", "forward", 100, 16, 128, 128),
          Case("lstm", "forward", 100, 16, 128, 128, ragged=True), Case("lstm", "forward", 1000, 16, 64, 64),
          Case("lstm", "train", 100, 16, 128, 128)]
-
-
-def _jaxgru(case: Case, data: dict, threads: str | None):
-    """jaxgru-cpu lowered with ``threads`` (None: the default choice); the env var is read at lowering."""
-    if threads is None:
-        os.environ.pop(native.THREADS_ENV, None)
-    else:
-        os.environ[native.THREADS_ENV] = threads
-    try:
-        fn = JaxgruPeer("cpu").build(case, data)
-    finally:
-        os.environ.pop(native.THREADS_ENV, None)
-    fn()
-    return fn
 
 
 def main(argv=None) -> int:
@@ -60,7 +45,8 @@ def main(argv=None) -> int:
     try:
         for case in [c for c in CASES if args.only in c.name]:
             data = make_data(case)
-            fns = {"default": _jaxgru(case, data, None), "one thread": _jaxgru(case, data, "1")}
+            fns = {"default": jaxgru_cpu_with(case, data, native.THREADS_ENV, None),
+                   "one thread": jaxgru_cpu_with(case, data, native.THREADS_ENV, "1")}
             for peer in ((OnnxRuntimePeer(),) if case.mode == "forward" else ()) + (TorchPeer("cpu"),):
                 fn = peer.build(case, data)
                 fn()

@@ -104,6 +104,22 @@ class JaxgruPeer(Peer):
         return lambda: _block(f(p, x))
 
 
+def jaxgru_cpu_with(case: Case, data: dict, var: str, value: str | None):
+    """jaxgru-cpu built (and called once) with the environment variable ``var`` set to ``value``
+    (None: unset) while it lowers: the native lowering reads JAXGRU_CPU_ISA and
+    JAXGRU_CPU_THREADS then. The variable is unset afterwards."""
+    if value is None:
+        os.environ.pop(var, None)
+    else:
+        os.environ[var] = value
+    try:
+        fn = JaxgruPeer("cpu").build(case, data)
+    finally:
+        os.environ.pop(var, None)
+    fn()
+    return fn
+
+
 # --------------------------------------------------------------------------------------
 # onnxruntime (inference only)
 # --------------------------------------------------------------------------------------
