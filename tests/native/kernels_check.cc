@@ -21,6 +21,13 @@ using namespace jaxgru_cpu::generic;
 
 namespace {
 
+// lane i of a block
+float lane(vf v, int i) {
+  float f[kBlock];
+  store(f, v);
+  return f[i];
+}
+
 int failures = 0;
 int checks = 0;
 
