@@ -56,6 +56,8 @@ std::atomic<uint64_t> late_exits{0};
 // Calls run in more than one row group (plan_threads), since the module was loaded: the same kind
 // of diagnostic (grouped_calls() below).
 std::atomic<uint64_t> grouped_calls{0};
+// Backward calls whose dH = dG . R ran its reduction in parts (plan_bwd_product): the same kind.
+std::atomic<uint64_t> split_products{0};
 
 // The best kernels this CPU runs, at most `want` (0 best, 1 avx512, 2 avx2, 3 generic).
 const Kernels& select_kernels(int want) {
@@ -278,7 +280,7 @@ int64_t layout_dir(Layer& ly, Dir& dr, float* base) {
   const bool gru0 = ly.cell == 0 && !ly.lbr;
   dr.peep = take(3 * Hp);
   if (ly.backward) {
-    dr.rtpanel = take((nb + ly.rt_blocks - 1) / ly.rt_blocks * G * ly.H * ly.rt_blocks * kBlock);
+    dr.rtpanel = take(ly.rtpanel_floats());
     dr.dh[0] = take(N * Hp);
     dr.dh[1] = take(N * Hp);
     dr.dc = take(N * Hp);
@@ -402,7 +404,7 @@ void plan_backward(Call& c, int ch) {
   for (int64_t t = ly.L - 1; t >= 0; --t) {
     pl.add(kBwdElem, t, pl.rows, rows);
     if (ly.cell == 0 && !ly.lbr) pl.add(kBwdRh, t, pl.rows, rows);
-    pl.add(kBwdMat, t, pl.rows, rows);
+    for (int64_t part = 0; part < ly.kparts; ++part) pl.add(kBwdMat, t * ly.kparts + part, pl.rows, rows);
     if (ly.dr && t % ly.rchunk == 0) pl.add(kBwdRGrad, t / ly.rchunk, ly.G * ly.H, rows);
   }
   finish_plan(c, ch);
@@ -455,9 +457,27 @@ bool configure(Call& c, const Attrs& at, int64_t L, int64_t N, int64_t I, ffi::S
   return true;
 }
 
+// The backward's dH = dG . R (run_bwd_mat) in parts and pairs. A thread's units go block by block,
+// each over all of its row tiles: a block's panel is read from L2 once per row tile, and all of
+// the group's dG rows once per block. Where those rows and a unit's panel exceed kBwdCache, they
+// did not stay in L2 (LSTM H = 1024, N = 64: 1 MiB of dG and a 256 KiB panel per block, whose
+// tile ran at ~0.8x the forward's rate), so the reduction is split into parts (phases), each
+// within it. Blocks go in pairs (one 8 x 2 tile, ~1.35x the 8 x 1's rate) where the tile fits in
+// the registers.
+constexpr int64_t kBwdCache = 512 << 10;
+void plan_bwd_product(Call& c) {
+  Layer& ly = c.ly;
+  ly.rt_blocks = c.k->bwd_blocks >= 2 ? 2 : 1;
+  const int64_t K = ly.mat_k(), bytes = static_cast<int64_t>(sizeof(float)) * K;
+  const int64_t need = bytes * (ly.group_rows_max() + ly.rt_blocks * kBlock);
+  ly.kparts = std::max<int64_t>(1, std::min<int64_t>((need + kBwdCache - 1) / kBwdCache, K / 256));
+  if (ly.kparts > 1) split_products.fetch_add(1, std::memory_order_relaxed);
+}
+
 // Allocate the scratch (one block for every direction), initialise it and plan the phases.
 void prepare(Call& c) {
   Layer& ly = c.ly;
+  if (ly.backward) plan_bwd_product(c);
   // native dR: chunks of steps whose rows make reductions of ~256 (a tile's K)
   if (ly.dr) ly.rchunk = std::min<int64_t>(ly.L, (256 + ly.group_rows_max() - 1) / ly.group_rows_max());
   int64_t total = 0;
@@ -495,8 +515,6 @@ constexpr int64_t kGroupR = 512 << 10;
 // Batch 1 reads R's rows instead of packing it for sequences shorter than this (run_layer):
 // at L = 1-4 rows were 0.6-0.9x of panels' time, at 16 even, at 100-1000 1.3-1.5x.
 constexpr int64_t kRowsMaxSteps = 16;
-// The largest panel (bytes) of a pair of blocks in the backward's dH = dG . R (Layer::rt_blocks).
-constexpr int64_t kPairPanel = 256 << 10;
 // native dR: its reductions run over a row group's rows step by step, so a group keeps at least
 // this many (and native.py leaves dR to XLA below this batch: dr_min_rows() below)
 constexpr int64_t kDrRows = 32;
@@ -632,10 +650,6 @@ ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::
     return ffi::Error::InvalidArgument("jaxgru_cpu: dR of unexpected shape");
   ly.dr = dr_size ? dr->typed_data() : nullptr;
   ly.rows_bwd = c.k->rows_bwd;
-  // the backward's dH = dG . R on pairs of blocks (one 8 x 2 tile, ~1.35x the 8 x 1's rate) where
-  // a pair's panel is at most 256 KiB; at LSTM H = 1024 (512 KiB) the step ran 1.08x slower
-  const int64_t pair_panel = static_cast<int64_t>(sizeof(float)) * ly.G * ly.H * 2 * kBlock;
-  ly.rt_blocks = c.k->bwd_blocks >= 2 && pair_panel <= kPairPanel ? 2 : 1;
   ly.r = r.typed_data(); ly.p = p; ly.lens = lens.typed_data();
   ly.gy = gy.typed_data(); ly.res = const_cast<float*>(res.typed_data());
   ly.y = y ? const_cast<float*>(y->typed_data()) : nullptr;  // read only
@@ -923,11 +937,16 @@ PyObject* grouped_calls(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(jaxgru_cpu::grouped_calls.load(std::memory_order_relaxed));
 }
 
+PyObject* split_products(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(jaxgru_cpu::split_products.load(std::memory_order_relaxed));
+}
+
 PyMethodDef methods[] = {
     {"registrations", registrations, METH_NOARGS, "FFI target name -> PyCapsule of its handler."},
     {"isa", isa, METH_O, "The kernels used for a requested ISA (0 best, 1 avx512, 2 avx2, 3 generic)."},
     {"late_exits", late_exits, METH_NOARGS, "Threads that left a call after holding up a phase, so far."},
     {"grouped_calls", grouped_calls, METH_NOARGS, "Calls that ran their rows in more than one group, so far."},
+    {"split_products", split_products, METH_NOARGS, "Backward calls whose dH = dG . R ran in parts, so far."},
     {"dr_min_rows", dr_min_rows, METH_NOARGS, "The smallest batch (and row group) whose backward computes dR."},
     {nullptr, nullptr, 0, nullptr}};
 

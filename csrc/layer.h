@@ -40,7 +40,7 @@ struct Dir {
   float* z = nullptr;        // [N][Hp]: GRU lbr=0, z between the two phases of a step
   float* rh = nullptr;       // [N][Hp]: GRU lbr=0, r*H, the operand of the second phase
   // backward
-  float* rtpanel = nullptr;  // [G*H][16 * rt_blocks] per rt_blocks blocks: R's columns (rt_block)
+  float* rtpanel = nullptr;  // R's columns, Layer::rt_block
   float* dh[2] = {nullptr, nullptr};  // [N][Hp] each: the cotangent of H, double-buffered
   float* dc = nullptr;       // [N][Hp]: LSTM, the cotangent of C (tile-local)
   float* ghz = nullptr;      // [N][Hp]: the part of dH_prev that is not a matmul
@@ -84,7 +84,25 @@ struct Layer {
   const float *gy = nullptr, *dhT = nullptr, *dcT = nullptr;
   float *dgx = nullptr, *dgh = nullptr, *dh0 = nullptr, *dc0 = nullptr;
   int rows_bwd = 1;  // rows per tile of the elementwise phase (dsum's row tiles)
-  int64_t rt_blocks = 1;  // blocks per row of rtpanel: 2 (pairs) where a pair's panel is small (rt_block)
+  // The backward's dH = dG . R (kBwdMat): its reduction runs over mat_k() rows of R (LSTM: G*H;
+  // GRU: the z, r rows, and lbr=1 the h rows too, paired with dgh), split into `kparts` parts, one
+  // phase each (plan_bwd_product); its panels hold rt_blocks blocks per row (2: pairs).
+  int64_t rt_blocks = 1;
+  int64_t kparts = 1;
+  int64_t mat_k() const { return cell == 1 ? G * H : (lbr ? 3 * H : 2 * H); }
+  // rows [*k0, *k1) of R in part `part` (whole 16-row groups)
+  void mat_part(int64_t part, int64_t* k0, int64_t* k1) const {
+    const int64_t groups = (mat_k() + kBlock - 1) / kBlock;
+    *k0 = part * groups / kparts * kBlock;
+    *k1 = part + 1 == kparts ? mat_k() : (part + 1) * groups / kparts * kBlock;
+  }
+  // rtpanel: R's columns of rt_blocks blocks per row, [G*H][16 * rt_blocks] per group of blocks;
+  // block j's columns start at rt_block(d, j), its rows rt_ld() floats apart
+  int64_t rt_ld() const { return rt_blocks * kBlock; }
+  int64_t rtpanel_floats() const { return (nb + rt_blocks - 1) / rt_blocks * G * H * rt_ld(); }
+  float* rt_block(int d, int64_t j) const {
+    return dir[d].rtpanel + (j / rt_blocks) * G * H * rt_ld() + (j % rt_blocks) * kBlock;
+  }
   // dR = sum over steps and rows of dG^T . H_prev, [D][G*H][H], computed by the call (GRU lbr=1:
   // its h rows from dgh) in chunks of `rchunk` steps, so the XLA program holds no copy of H_prev
   // for it (null: XLA computes it, GRU lbr=0, whose h rows pair with r*H_prev)

@@ -324,23 +324,32 @@ def test_sorted_lengths_skip_ended_rows(cell, opts):
 
 
 @pytest.mark.parametrize(("cell", "opts"), [("gru", {"linear_before_reset": 1}), ("lstm", {"peep": True})])
-@pytest.mark.parametrize("H", [150, 700])
-def test_gradients_match_xla_at_many_blocks_and_uneven_row_tiles(cell, opts, H):
+@pytest.mark.parametrize(("H", "N", "isa"), [(150, 13, "best"), (700, 13, "best"), (700, 96, "best"),
+                                             (700, 96, "avx2")])
+def test_gradients_match_xla_at_many_blocks_and_uneven_row_tiles(monkeypatch, cell, opts, H, N, isa):
     """The backward with its work spread over many units: H = 150 is 10 blocks of 16 units (the
-    last one padded), 13 rows make uneven row tiles, and the lengths include 0 (bidirectional).
-    dH = dG.R runs on pairs of blocks at H = 150 and on single blocks at H = 700 (a pair's panel
-    of R over 256 KiB; its weights scaled by 1/sqrt(H), so that the gates do not saturate)."""
-    case = random_case(np.random.default_rng(15), cell, L=4, N=13, I=5, H=H, direction="bidirectional",
-                       h0=True, lens=[4, 1, 0, 3, 4, 2, 4, 4, 1, 3, 4, 0, 2], scale=0.5 * min(1.0, (150 / H) ** 0.5),
-                       **opts)
+    last one padded), the rows make uneven row tiles, and the lengths include 0 and L
+    (bidirectional; weights scaled by 1/sqrt(H), so that the gates do not saturate). At H = 700
+    and 96 rows, dG's rows and R's panels exceed the backward's cache budget and dH = dG . R runs
+    its reduction in parts (the call counts it): for the GRU (lbr=1, 3 parts) one part's rows of R
+    run from dG's columns into dgh's. Gradients equal xla's."""
+    monkeypatch.setenv(native.ISA_ENV, isa)
+    lens = np.random.default_rng(N).integers(0, 5, N)
+    lens[:2] = [0, 4]
+    case = random_case(np.random.default_rng(15), cell, L=4, N=N, I=5, H=H, direction="bidirectional",
+                       h0=True, lens=lens.tolist(), scale=0.5 * min(1.0, (150 / H) ** 0.5), **opts)
     fn = jaxgru.gru if cell == "gru" else jaxgru.lstm
     kw = case.kwargs(0)
+    mod, _ = native._module()
+    before = mod.split_products()
 
     def grad(backend):
         f = lambda p, x: jnp.sum(jnp.sin(fn(p, x, **kw, backend=backend)[0]))
         return jax.jit(jax.grad(f, argnums=(0, 1)))(case.params, case.x)
 
+    jax.clear_caches()  # the ISA is read when a call is lowered
     chex.assert_trees_all_close(grad("cpu"), grad("xla"), atol=5e-5, rtol=1e-4)
+    assert (mod.split_products() > before) == (N == 96)
 
 
 GROUP_CASES = [("gru", {"linear_before_reset": 0}), ("gru", {"linear_before_reset": 1}),
