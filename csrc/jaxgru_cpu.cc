@@ -134,7 +134,7 @@ struct Call {
 
 // Whether a worker other than `me` that is running a unit got less than half of a core during
 // [the samples in `before` (taken at `since`), now]; refreshes the samples. Without CPU clocks
-// (not Linux) a long wait counts as a lost core.
+// (neither Linux nor macOS: wait.h) a long wait counts as a lost core.
 bool holder_lost_core(Call& c, int me, int64_t* before, std::chrono::steady_clock::time_point* since) {
   const auto now = std::chrono::steady_clock::now();
   const int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(now - *since).count();

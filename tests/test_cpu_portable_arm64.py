@@ -11,15 +11,12 @@ them with apt): skips without them, but fails under ``CI=true``, where they are 
 from __future__ import annotations
 
 import os
-import pathlib
 import shutil
 import subprocess
-import sysconfig
 
-import jax.ffi
 import pytest
+from native_build import CSRC, ROOT, cmake_build
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHECK = ROOT / "tests" / "native" / "kernels_check.cc"
 COMPILERS = {"gcc": ["aarch64-linux-gnu-g++"], "clang": ["clang++", "--target=aarch64-linux-gnu"]}
 
@@ -40,7 +37,7 @@ def test_portable_kernels_on_aarch64_under_qemu(tmp_path, compiler):
     cxx = _tools(compiler)
     exe = tmp_path / "kernels_check"
     build = subprocess.run([*cxx, "-std=c++17", "-O3", "-static", "-Wno-psabi", "-Wno-attributes",
-                            f"-I{ROOT / 'csrc'}", str(CHECK), "-o", str(exe)],
+                            f"-I{CSRC}", str(CHECK), "-o", str(exe)],
                            capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-3000:]
     run = subprocess.run(["qemu-aarch64", str(exe)], capture_output=True, text=True, timeout=300)
@@ -50,17 +47,15 @@ def test_portable_kernels_on_aarch64_under_qemu(tmp_path, compiler):
 
 
 def test_the_extension_compiles_and_links_for_aarch64(tmp_path):
-    """csrc/ as CMakeLists.txt builds it where the processor is not x86 (jaxgru_cpu.cc and the
-    portable kernels, no JAXGRU_HAVE_X86_KERNELS): a shared object whose only unresolved symbols
-    are Python's C API (the interpreter provides them) and the C/C++ runtime's versioned ones.
-    The Python headers are this interpreter's (pyconfig.h of x86-64: the same LP64 sizes)."""
+    """csrc/ as CMakeLists.txt builds it where the processor is not x86 (its sources and flags,
+    tests/native_build.py): a shared object whose only unresolved symbols are Python's C API (the
+    interpreter provides them) and the C/C++ runtime's versioned ones. The Python headers are
+    this interpreter's (pyconfig.h of x86-64: the same LP64 sizes)."""
     cxx = _tools("gcc")
-    flags = ["-std=c++17", "-O3", "-fPIC", "-fvisibility=hidden", "-Wno-psabi", "-Wno-attributes", f"-I{ROOT / 'csrc'}",
-             f"-I{jax.ffi.include_dir()}", f"-I{sysconfig.get_paths()['include']}"]
     objs = []
-    for src in ("jaxgru_cpu.cc", "kernels_generic.cc"):
+    for src, flags in cmake_build().units(x86=False).items():
         obj = tmp_path / f"{src}.o"
-        out = subprocess.run([*cxx, *flags, "-c", str(ROOT / "csrc" / src), "-o", str(obj)],
+        out = subprocess.run([*cxx, *flags, "-c", str(CSRC / src), "-o", str(obj)],
                              capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
         objs.append(str(obj))
