@@ -331,8 +331,9 @@ def test_gradients_match_xla_at_many_blocks_and_uneven_row_tiles(monkeypatch, ce
     last one padded), the rows make uneven row tiles, and the lengths include 0 and L
     (bidirectional; weights scaled by 1/sqrt(H), so that the gates do not saturate). At H = 700
     and 96 rows, dG's rows and R's panels exceed the backward's cache budget and dH = dG . R runs
-    its reduction in parts (the call counts it): for the GRU (lbr=1, 3 parts) one part's rows of R
-    run from dG's columns into dgh's. Gradients equal xla's."""
+    its reduction in parts (the call counts it: 3 parts with AVX-512's pairs of blocks, 2 or 3 with
+    AVX2's single blocks); for the GRU (lbr=1) one part's rows of R run from dG's columns into
+    dgh's. Gradients equal xla's."""
     monkeypatch.setenv(native.ISA_ENV, isa)
     lens = np.random.default_rng(N).integers(0, 5, N)
     lens[:2] = [0, 4]
