@@ -4,14 +4,15 @@ thread each, process CPU seconds, medians) with onnxruntime and PyTorch, the ord
 builds and peers rotated every round.
 
     python benchmarks/cpu_native_ab.py before=/tmp/old/_jaxgru_cpu.so after=jaxgru/_jaxgru_cpu*.so \
-        [--only N=1] [--repeats 9] [--L 1] [--wall]
+        [--only N=1] [--repeats 9] [--L 1] [--wall] [--shuffle-lengths]
 
 Each build's FFI targets are registered under ``NAME_<target>``; jaxgru-cpu is lowered once per
 build with native.TARGETS / BACKWARD_TARGETS pointing at that build's names. ``--L`` overrides
 the cases' sequence length (``--L 1`` vs the default splits a call's fixed cost from its
 per-step cost). ``--wall`` measures a change in how a call's threads share it instead: every
 peer with its default threads, wall time, a sample as many back-to-back calls as the suite's
-(run.py). Prints one line per case (ms, and the ratio over the best peer).
+(run.py). ``--shuffle-lengths`` gives the ragged cases their lengths in a random order (the suite's
+are decreasing, as PyTorch packs them). Prints one line per case (ms, and the ratio over the best peer).
 
 The first build listed ran ~15% slower at batch 1 than an identical copy listed after it (two
 copies of one .so, rotated order; the cause was not found): list a throwaway copy first and
@@ -32,6 +33,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import jax
+import numpy as np
 import peers
 from _timing import interleaved_medians, warm_seconds
 from cases import FULL
@@ -62,6 +64,8 @@ def main(argv=None) -> int:
     ap.add_argument("--L", type=int, default=0, help="override the sequence length")
     ap.add_argument("--wall", action="store_true", help="default threads, wall time")
     ap.add_argument("--full", action="store_true", help="the suite's cases (cases.FULL)")
+    ap.add_argument("--shuffle-lengths", action="store_true",
+                    help="ragged cases: the suite's lengths in a random order instead of decreasing")
     args = ap.parse_args(argv)
     if not args.wall:
         os.environ[native.THREADS_ENV] = "1"
@@ -76,6 +80,8 @@ def main(argv=None) -> int:
         if args.L:
             case = dataclasses.replace(case, L=args.L)
         data = make_data(case)
+        if args.shuffle_lengths:
+            data["lens"] = np.random.default_rng(0).permutation(data["lens"])
         fns = {}
         for name, _ in builds:
             native.TARGETS = {k: f"{name}_{v}" for k, v in targets.items()}

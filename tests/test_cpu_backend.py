@@ -301,11 +301,15 @@ def test_gradients_match_xla(monkeypatch, cell, opts, isa):
 
 
 @pytest.mark.parametrize(("cell", "opts"), [("gru", {}), ("gru", {"linear_before_reset": 1}), ("lstm", {"peep": True})])
-def test_sorted_lengths_skip_ended_rows(cell, opts):
-    """Lengths in decreasing order (PyTorch's packed order) over 20 rows: the steps' products drop a
-    tile's trailing rows as their sequences end (forward, backward and tangent; GRU lbr=0's two
-    phases). Outputs, gradients and jvp equal xla's, and the outputs onnxruntime's."""
+@pytest.mark.parametrize("order", ["sorted", "shuffled"])
+def test_ended_rows_drop_out_of_the_products(cell, opts, order):
+    """20 rows whose sequences end at different steps, in decreasing order (PyTorch's packed order)
+    or shuffled: the steps' products run on a tile's live rows only (forward, backward and tangent;
+    GRU lbr=0's two phases and its backward's d(r*H) product), so shuffled, ended rows sit between
+    live ones. Outputs, gradients and jvp equal xla's, and the outputs onnxruntime's."""
     lens = [9, 9, 8, 8, 7, 6, 6, 5, 4, 4, 3, 3, 3, 2, 2, 1, 1, 1, 0, 0]
+    if order == "shuffled":
+        lens = np.random.default_rng(3).permutation(lens).tolist()
     case = random_case(np.random.default_rng(11), cell, L=9, N=20, I=7, H=21, direction="bidirectional",
                        h0=True, c0=cell == "lstm", lens=lens, **opts)
     _check_ragged(case)
