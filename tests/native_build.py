@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import re
+import subprocess
 import sysconfig
 
 import jax.ffi
@@ -58,3 +59,16 @@ def cmake_build() -> Build:
                *_one(r"target_compile_options\(_jaxgru_cpu PRIVATE ([^)]*)\)", text).group(1).split()]
     definition = _one(r"target_compile_definitions\(_jaxgru_cpu PRIVATE (\w+)\)", text).group(1)
     return Build(tuple(name(s) for s in sources), x86_opts, tuple(options), definition)
+
+
+def compile_objects(cxx: list[str], x86: bool, out_dir: pathlib.Path) -> list[str]:
+    """Compile every source of the build with the compiler command `cxx` (for an x86-64 target or
+    another one) into `out_dir`; asserts each compiles. Returns the objects' paths."""
+    objs = []
+    for src, flags in cmake_build().units(x86=x86).items():
+        obj = out_dir / f"{src}.o"
+        out = subprocess.run([*cxx, *flags, "-c", str(CSRC / src), "-o", str(obj)],
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        objs.append(str(obj))
+    return objs

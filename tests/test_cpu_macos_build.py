@@ -12,14 +12,14 @@ builds for macOS, not how it runs there. Skips without ziglang, fails under ``CI
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import struct
 import subprocess
 import sys
 
 import pytest
-from native_build import CSRC, cmake_build
+from ci_gate import skip_or_fail
+from native_build import compile_objects
 
 # Mach-O: 64-bit magic, and the CPU types of arm64 and x86-64 (mach/machine.h)
 MH_MAGIC_64 = 0xFEEDFACF
@@ -32,23 +32,14 @@ CXX_RUNTIME = re.compile(r"_ZN?K?St|_ZT[ISTV]N?St|_ZTVN10__cxxabiv1|_Z(nw|na|dl|
 
 def _zig() -> list[str]:
     if importlib.util.find_spec("ziglang") is None:
-        msg = "no ziglang (pip install ziglang: the test extra)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true but {msg}", pytrace=False)
-        pytest.skip(msg)
+        skip_or_fail("no ziglang (pip install ziglang: the test extra)")
     return [sys.executable, "-m", "ziglang", "c++"]
 
 
 @pytest.mark.parametrize("target", sorted(CPU_TYPES))
 def test_the_extension_builds_for_macos(tmp_path, target):
     cxx = [*_zig(), "-target", target]
-    objs = []
-    for src, flags in cmake_build().units(x86=target.startswith("x86_64")).items():
-        obj = tmp_path / f"{src}.o"
-        out = subprocess.run([*cxx, *flags, "-c", str(CSRC / src), "-o", str(obj)],
-                             capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr[-3000:]
-        objs.append(str(obj))
+    objs = compile_objects(cxx, x86=target.startswith("x86_64"), out_dir=tmp_path)
     # Linked without leave to resolve at load time, the linker names every unresolved symbol.
     # Zig would build its own libc++ to link (a minute); macOS has it as a dylib, so the C++
     # runtime is left out and its symbols are expected, with Python's C API.

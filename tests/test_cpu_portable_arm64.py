@@ -10,12 +10,12 @@ them with apt): skips without them, but fails under ``CI=true``, where they are 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 
 import pytest
-from native_build import CSRC, ROOT, cmake_build
+from ci_gate import skip_or_fail
+from native_build import CSRC, ROOT, compile_objects
 
 CHECK = ROOT / "tests" / "native" / "kernels_check.cc"
 COMPILERS = {"gcc": ["aarch64-linux-gnu-g++"], "clang": ["clang++", "--target=aarch64-linux-gnu"]}
@@ -25,10 +25,7 @@ def _tools(compiler: str) -> list[str]:
     """The compiler's command line, or skip (fail under CI=true) where a tool is missing."""
     missing = [t for t in (COMPILERS[compiler][0], "aarch64-linux-gnu-g++", "qemu-aarch64") if not shutil.which(t)]
     if missing:
-        msg = f"no {', '.join(missing)} (make arm64 installs them)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true but {msg}", pytrace=False)
-        pytest.skip(msg)
+        skip_or_fail(f"no {', '.join(missing)} (make arm64 installs them)")
     return COMPILERS[compiler]
 
 
@@ -52,13 +49,7 @@ def test_the_extension_compiles_and_links_for_aarch64(tmp_path):
     interpreter provides them) and the C/C++ runtime's versioned ones. The Python headers are
     this interpreter's (pyconfig.h of x86-64: the same LP64 sizes)."""
     cxx = _tools("gcc")
-    objs = []
-    for src, flags in cmake_build().units(x86=False).items():
-        obj = tmp_path / f"{src}.o"
-        out = subprocess.run([*cxx, *flags, "-c", str(CSRC / src), "-o", str(obj)],
-                             capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr[-3000:]
-        objs.append(str(obj))
+    objs = compile_objects(cxx, x86=False, out_dir=tmp_path)
     so = tmp_path / "_jaxgru_cpu.so"
     out = subprocess.run([*cxx, "-shared", "-o", str(so), *objs, "-lpthread"], capture_output=True, text=True,
                          timeout=300)

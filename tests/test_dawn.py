@@ -33,11 +33,12 @@ import subprocess
 import sys
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import pytest
 import wgsl_support
+from ci_gate import skip_or_fail
 from test_webgpu_kernels import BOTH, CELLS, SIG, TANH, TILINGS, VARIANTS, make_cfg, make_operands
 
 from jaxgru._src import shapes
@@ -530,18 +531,12 @@ def _setattr(obj: Any, name: str, value: Any) -> Iterator[None]:
 # --------------------------------------------------------------------------------------
 # the test
 # --------------------------------------------------------------------------------------
-def _skip_or_fail(reason: str) -> NoReturn:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true but {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
 def _node() -> str:
     node = shutil.which("node")
     if node is None:
-        _skip_or_fail("Node.js is not installed (needed for the Dawn check; `make dawn` installs it with apt)")
+        skip_or_fail("Node.js is not installed (needed for the Dawn check; `make dawn` installs it with apt)")
     elif not WEBGPU_PACKAGE.is_file():
-        _skip_or_fail(f"the npm package webgpu is not installed in {DAWN_DIR} (run `make dawn`)")
+        skip_or_fail(f"the npm package webgpu is not installed in {DAWN_DIR} (run `make dawn`)")
     return str(node)
 
 
@@ -572,7 +567,7 @@ def test_every_specialisation_compiles_on_dawn_and_replays_byte_identical(tmp_pa
     summary = json.loads(lines[-1][len(SUMMARY):])
     assert (summary["modules"], summary["pipelines"]) == (len(data["modules"]), len(pipes)), output
     if proc.returncode == NO_GLES:
-        _skip_or_fail(f"Dawn found no OpenGL ES adapter to replay the calls on (every pipeline compiled):\n{output}")
+        skip_or_fail(f"Dawn found no OpenGL ES adapter to replay the calls on (every pipeline compiled):\n{output}")
     assert proc.returncode == 0, output
     assert summary["configurations"] == summary["identical"] == len(data["replays"]), output
 
