@@ -462,15 +462,17 @@ bool configure(Call& c, const Attrs& at, int64_t L, int64_t N, int64_t I, ffi::S
 // the group's dG rows once per block. Where those rows and a unit's panel exceed kBwdCache, they
 // did not stay in L2 (LSTM H = 1024, N = 64: 1 MiB of dG and a 256 KiB panel per block, whose
 // tile ran at ~0.8x the forward's rate), so the reduction is split into parts (phases), each
-// within it. Blocks go in pairs (one 8 x 2 tile, ~1.35x the 8 x 1's rate) where the tile fits in
-// the registers.
+// within it, and at least kBwdPartK rows of R long (a tile's reduction of hundreds, like the other
+// phases'). Blocks go in pairs (one 8 x 2 tile, ~1.35x the 8 x 1's rate) where the kernels' tile
+// fits in the registers (Kernels::bwd_blocks).
 constexpr int64_t kBwdCache = 512 << 10;
+constexpr int64_t kBwdPartK = 256;
 void plan_bwd_product(Call& c) {
   Layer& ly = c.ly;
-  ly.rt_blocks = c.k->bwd_blocks >= 2 ? 2 : 1;
+  ly.rt_blocks = c.k->bwd_blocks;
   const int64_t K = ly.mat_k(), bytes = static_cast<int64_t>(sizeof(float)) * K;
   const int64_t need = bytes * (ly.group_rows_max() + ly.rt_blocks * kBlock);
-  ly.kparts = std::max<int64_t>(1, std::min<int64_t>((need + kBwdCache - 1) / kBwdCache, K / 256));
+  ly.kparts = std::max<int64_t>(1, std::min<int64_t>((need + kBwdCache - 1) / kBwdCache, K / kBwdPartK));
   if (ly.kparts > 1) split_products.fetch_add(1, std::memory_order_relaxed);
 }
 
