@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
 import platform
@@ -99,6 +100,12 @@ def interleaved_medians(
                 block(candidates[name]())
             times[name].append((clock() - t) / inner)
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def geo(values) -> float | None:
+    """Geometric mean of the values that are set (None and 0 left out); None if there are none."""
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 def machine() -> dict:

@@ -14,13 +14,12 @@ ISA over xla), then per ISA the geo-mean of those ratios and the cases under 1.0
 from __future__ import annotations
 
 import argparse
-import math
 import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from _timing import interleaved_medians, save, warm_seconds
+from _timing import geo, interleaved_medians, save, warm_seconds
 from cases import FULL
 from peers import JaxgruPeer, jaxgru_cpu_with, make_data
 from run import SAMPLE_MS, calls_per_sample
@@ -55,7 +54,7 @@ def main(argv=None) -> int:
     for isa in isas:
         rs = [r["vs_xla"][isa] for r in rows]
         if rs:
-            summary[isa] = {"geo_mean_vs_xla": math.exp(sum(map(math.log, rs)) / len(rs)),
+            summary[isa] = {"geo_mean_vs_xla": geo(rs),
                             "faster_cases": sum(r < 1.0 for r in rs), "cases": len(rs)}
             s = summary[isa]
             print(f"{isa}: geo-mean {s['geo_mean_vs_xla']:.2f}x xla, faster on {s['faster_cases']} of {s['cases']}")

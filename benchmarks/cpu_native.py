@@ -15,7 +15,6 @@ measures the work (it also counts XLA's and the peers' own spinning threads, if 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import pathlib
 import sys
@@ -23,7 +22,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from _timing import interleaved_medians, save
+from _timing import geo, interleaved_medians, save
 from cases import Case
 from peers import JaxgruPeer, OnnxRuntimePeer, TorchPeer, Unsupported, make_data
 
@@ -35,11 +34,6 @@ FORWARD = [Case("gru", "forward", 128, 1, 256, 256), Case("gru", "forward", 128,
 TRAIN = [Case("gru", "train", 100, 16, 128, 128), Case("lstm", "train", 100, 16, 128, 128),
          Case("gru", "train", 50, 64, 256, 256), Case("lstm", "train", 50, 64, 256, 256)]
 PEERS = ("jaxgru-cpu", "jaxgru-xla", "onnxruntime", "torch")
-
-
-def geo(values):
-    values = [v for v in values if v]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
 def run(cases, repeats, cpu_time=False):

@@ -24,7 +24,7 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 
 import numpy as np
 import roofline
-from _timing import interleaved_medians, save, warm_seconds
+from _timing import geo, interleaved_medians, save, warm_seconds
 from cases import FULL, QUICK, Case
 from peers import JaxgruPeer, Unsupported, all_peers, make_data
 
@@ -111,10 +111,6 @@ def calls_per_sample(warm_s: dict[str, float], min_sample_s: float, most: int = 
 
 def summarise(rows: list[dict], limits: dict) -> dict:
     peak, bw = limits["sgemm_gflops"]["peak"], limits["bandwidth_gbs"]
-
-    def geo(values):
-        values = [v for v in values if v]
-        return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
     out = {"forward": {}, "train": {}}
     for row in rows:
