@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences Mesa (lavapipe) warnings
 os.environ.setdefault("KERAS_BACKEND", "jax")
@@ -27,6 +29,29 @@ settings.register_profile("dev", max_examples=10, deadline=None)
 # `make fuzz`: 2000 examples per test (about 45 minutes on two cores); FUZZ_EXAMPLES scales it
 settings.register_profile("fuzz", max_examples=int(os.environ.get("FUZZ_EXAMPLES", "2000")), deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# One XLA compilation cache per test run, shared by its xdist workers and removed at its end:
+# tests that lower the same program (the same layer under another lambda, the reference after
+# each primitive) then compile it once. Programs with host callbacks (wgsl) are never cached by
+# jax. A cache the user set (JAX_COMPILATION_CACHE_DIR) is left alone.
+_XLA_CACHE_ENV = "JAXGRU_TESTS_XLA_CACHE"
+
+
+def pytest_configure(config):
+    """The controller makes the run's cache folder (before it starts the workers, which inherit
+    its environment); every process then compiles into it."""
+    if jax.config.jax_compilation_cache_dir and _XLA_CACHE_ENV not in os.environ:
+        return
+    if not hasattr(config, "workerinput"):
+        os.environ[_XLA_CACHE_ENV] = tempfile.mkdtemp(prefix="jaxgru-tests-xla-cache-")
+    jax.config.update("jax_compilation_cache_dir", os.environ[_XLA_CACHE_ENV])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput") and _XLA_CACHE_ENV in os.environ:
+        shutil.rmtree(os.environ.pop(_XLA_CACHE_ENV), ignore_errors=True)
 
 
 @pytest.fixture(autouse=True, scope="module")
