@@ -387,12 +387,12 @@ def test_row_groups_match_xla(monkeypatch, cell, opts, direction, threads):
     assert mod.grouped_calls() - before >= 4  # forward, forward + backward (grad), tangent
 
 
-@pytest.mark.parametrize("wrong", [None, "dgh", "y", "res", "sums", "dr"])
+@pytest.mark.parametrize("wrong", [None, "gy", "dgh", "y", "res", "sums", "dr"])
 def test_backward_target_rejects_operands_and_results_of_the_wrong_size(wrong):
-    """The GRU lbr=1 backward reads the forward's Y ([L, D, N, H]) and residuals ([D, L, N, 4H])
-    and writes the h gate's cotangent ([D, L, N, H]), the bias sums ([D, 4H]) and dR ([D, 3H, H]
-    or nothing): a caller passing or declaring another size (here 3H for dgh, the full gate
-    width) gets an error, not an access past a buffer."""
+    """The GRU lbr=1 backward reads Y's cotangent and the forward's Y (both [L, D, N, H]) and
+    residuals ([D, L, N, 4H]) and writes the h gate's cotangent ([D, L, N, H]), the bias sums
+    ([D, 4H]) and dR ([D, 3H, H] or nothing): a caller passing or declaring another size (here
+    3H for dgh, the full gate width) gets an error, not an access past a buffer."""
     L, N, H = 2, 3, 16
     cfg = make_config("gru", "test", linear_before_reset=1)
     f32 = lambda *s: jnp.zeros(s, jnp.float32)
@@ -401,7 +401,7 @@ def test_backward_target_rejects_operands_and_results_of_the_wrong_size(wrong):
     dr = (1, 3 * H, H + 1) if wrong == "dr" else (1, 3 * H, H)
     shapes = [jax.ShapeDtypeStruct(s, jnp.float32) for s in ((1, L, N, 3 * H), dgh, (1, N, H), sums, dr)]
     call = jax.ffi.ffi_call(native.BACKWARD_TARGETS["gru"], shapes)
-    args = (f32(1, L, N, H), f32(1, L, N, 3 * H if wrong == "res" else 4 * H),
+    args = (f32(L, 1, N, H + (wrong == "gy")), f32(1, L, N, 3 * H if wrong == "res" else 4 * H),
             f32(L + (wrong == "y"), 1, N, H), f32(1, N, H), f32(1, 3 * H, H), f32(1, N, H),
             jnp.full((N,), L, jnp.int32))
     if wrong is None:

@@ -285,8 +285,13 @@ def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
         def recurrence(pr: Prepared, per_dir: list, carry0: tuple) -> tuple[tuple, tuple, tuple, tuple | None]:
             f32 = lambda a: a.astype(jnp.float32)
             ops = _stacked(pr, per_dir, carry0, lens)
-            stack, carry, st, clipped, r = ops.stack, ops.carry, ops.state, ops.lens, ops.r
+            carry, st, clipped, r = ops.carry, ops.state, ops.lens, ops.r
             d = len(per_dir)
+            # Y and its cotangent as the forward wrote Y, [L, D, N, H] in time order: the call
+            # reads direction d's row at the time of each step, so no per-direction copy in
+            # processing order (per_dir's gy) is made for it
+            time_major_y = lambda a: f32(a) if cfg.layout == 0 else jnp.transpose(f32(a), (1, 2, 0, 3))
+            gy_tm = time_major_y(cts[0])
             # dG per direction transposed, [D, G·H, L, N]: the weight gradients' GEMMs over steps
             # and batch take it as it is (XLA folds the transpose below into them); in the order
             # the steps emit it, [L, N, G·H], each would first copy it to that layout
@@ -303,11 +308,10 @@ def make_backward(cfg: RNNConfig, ensemble: int) -> Fn:
             if cfg.cell == "gru":  # per_dir: (gy, a_zr, a_h, lin, h_prev); lbr=1: dgh of the h gate
                 dgh = jax.ShapeDtypeStruct((d, pr.hidden, pr.length, pr.batch) if lbr else (0,), jnp.float32)
                 shapes = [dgx, dgh, st, bias_sums, dr]
-                y_tm = f32(y) if cfg.layout == 0 else jnp.transpose(f32(y), (1, 2, 0, 3))  # [L, D, N, H]
-                args_ = [stack(0), f32(res), y_tm, init(0), r, carry[0]]
+                args_ = [gy_tm, f32(res), time_major_y(y), init(0), r, carry[0]]
             else:  # per_dir: (gy, a_i, a_o, a_f, a_c, C, C_prev); H_prev from the residuals, not Y
                 shapes = [dgx, st, st, bias_sums, dr]
-                args_ = [stack(0), f32(res), init(0), init(1), r, _peepholes(cfg, pr), carry[0], carry[1]]
+                args_ = [gy_tm, f32(res), init(0), init(1), r, _peepholes(cfg, pr), carry[0], carry[1]]
             outs = jax.ffi.ffi_call(BACKWARD_TARGETS[cfg.cell], shapes, vmap_method="sequential")(
                 *args_, clipped, **attrs)
             cd = pr.dtype
