@@ -623,10 +623,10 @@ ffi::Error run_layer(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32
 
 // The backward's reverse recurrence (the serial part) and, where `dr` is not empty, dR; the other
 // weight gradients are GEMMs over all steps that XLA does after it (native.py). gy in time order
-// as Y is, [L][D][N][H] (a copy per direction in processing order cost a bidirectional step 6.6 MB
-// of temporaries at N = 64, H = 256), res in processing order, [D][L][N][K*H]; the states before
-// each step from the forward's Y ([L][D][N][H], GRU) and h0, and (LSTM) its residuals and c0,
-// instead of a copy of them per step.
+// as Y is, [L][D][N][H] (in processing order per direction it was a copy XLA made for a
+// bidirectional or reverse layer, where it could not fuse it into gy's producer), res in
+// processing order, [D][L][N][K*H]; the states before each step from the forward's Y
+// ([L][D][N][H], GRU) and h0, and (LSTM) its residuals and c0, instead of a copy of them per step.
 ffi::Error run_backward(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32> gy,
                         ffi::Buffer<ffi::F32> res, const ffi::Buffer<ffi::F32>* y,
                         const ffi::Buffer<ffi::F32>* h0, const ffi::Buffer<ffi::F32>* c0,
