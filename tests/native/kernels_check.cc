@@ -37,6 +37,19 @@ void expect(bool ok, const char* what, double got, double want, int a = 0, int b
   if (++failures <= 20) std::printf("FAIL %s (%d, %d, %d): got %.9g, want %.9g\n", what, a, b, c, got, want);
 }
 
+// A dot product's result against the double-precision sum of its K terms (`term(k)`), to within
+// float rounding relative to the sum of the terms' magnitudes.
+template <class Term>
+void expect_dot(const char* what, double got, int64_t K, Term term, int a, int b, int c) {
+  double want = 0, scale = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    const double t = term(k);
+    want += t;
+    scale += std::fabs(t);
+  }
+  expect(std::fabs(got - want) <= 1e-6 * scale + 1e-7, what, got, want, a, b, c);
+}
+
 std::mt19937 rng(7);
 float uniform() { return std::uniform_real_distribution<float>(-1.f, 1.f)(rng); }
 
@@ -55,16 +68,10 @@ void check_tiles() {
           tile_g(G, rows, rows_p, K, panel.data(), out, pad ? ldp : 0);
           for (int r = 0; r < rows; ++r)
             for (int g = 0; g < G; ++g)
-              for (int u = 0; u < kBlock; ++u) {
-                double want = 0, scale = 0;
-                for (int64_t k = 0; k < K; ++k) {
-                  const double t = double(a[r * K + k]) * panel[k * ldp + g * kBlock + u];
-                  want += t;
-                  scale += std::fabs(t);
-                }
-                const double got = lane(out[r * G + g], u);
-                expect(std::fabs(got - want) <= 1e-6 * scale + 1e-7, "tile_g", got, want, G, rows, int(K));
-              }
+              for (int u = 0; u < kBlock; ++u)
+                expect_dot("tile_g", lane(out[r * G + g], u), K,
+                           [&](int64_t k) { return double(a[r * K + k]) * panel[k * ldp + g * kBlock + u]; },
+                           G, rows, int(K));
         }
 }
 
@@ -96,16 +103,10 @@ void check_gemv_rows() {
       vf out[4];
       gemv_rows(m.data(), H, G, row0, K, j, a.data(), out);
       for (int g = 0; g < G; ++g)
-        for (int u = 0; u < kBlock; ++u) {
-          double want = 0, scale = 0;
-          for (int64_t k = 0; k < K; ++k) {
-            const double t = double(m[(row0 + g * H + j * kBlock + u) * K + k]) * a[k];
-            want += t;
-            scale += std::fabs(t);
-          }
-          const double got = lane(out[g], u);
-          expect(std::fabs(got - want) <= 1e-6 * scale + 1e-7, "gemv_rows", got, want, int(j), g, u);
-        }
+        for (int u = 0; u < kBlock; ++u)
+          expect_dot("gemv_rows", lane(out[g], u), K,
+                     [&](int64_t k) { return double(m[(row0 + g * H + j * kBlock + u) * K + k]) * a[k]; },
+                     int(j), g, u);
     }
 }
 
