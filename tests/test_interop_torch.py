@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import chex
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import jaxgru  # noqa: E402
-from jaxgru.interop import from_torch, to_torch  # noqa: E402
+from jaxgru.interop import _torch, from_torch, to_torch  # noqa: E402
 
 L, N, IN, H = 4, 2, 3, 5  # one set of sizes: compiled programs are shared between tests
 TOL = {"atol": 1e-5, "rtol": 1e-5}
@@ -147,6 +148,18 @@ def test_to_torch_writes_into_a_given_module():
     module = torch.nn.GRU(IN, H, batch_first=True)
     assert to_torch(layers, {"linear_before_reset": True, "layout": 1}, module=module) is module
     chex.assert_trees_all_equal(from_torch(module)[0], layers)
+
+
+def test_jax_arrays_go_to_torch_as_copies():
+    """A JAX array's numpy view is read-only: the tensor made from it must not share its memory
+    (torch.from_numpy would, writable, and warn that writing to it is undefined behaviour)."""
+    a = jnp.arange(12.0).reshape(3, 4)
+    view = np.asarray(a)
+    assert not view.flags.writeable
+    t = _torch._numpy_to_torch(view)
+    assert t.data_ptr() != view.ctypes.data
+    t.add_(1.0)
+    chex.assert_trees_all_equal(np.asarray(a), np.arange(12.0, dtype=np.float32).reshape(3, 4))
 
 
 def test_bfloat16_keeps_dtype():

@@ -49,7 +49,9 @@ def _numpy_to_torch(a: np.ndarray) -> torch.Tensor:
     a = np.asarray(a)
     if a.dtype == ml_dtypes.bfloat16:
         return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(a))
+    # a copy: a JAX array's numpy view is read-only, and a tensor sharing it would be writable
+    # (torch.from_numpy warns that writing to it is undefined behaviour)
+    return torch.tensor(a)
 
 
 def _kind(module: Any) -> tuple[str, bool] | None:
