@@ -102,10 +102,11 @@ void check_gemv_rows() {
     for (auto [G, row0] : {std::pair<int, int64_t>{3, 0}, {1, 2 * H}}) {
       vf out[4];
       gemv_rows(m.data(), H, G, row0, K, j, a.data(), out);
+      const int64_t first = row0;  // C++17 lambdas cannot capture a structured binding
       for (int g = 0; g < G; ++g)
         for (int u = 0; u < kBlock; ++u)
           expect_dot("gemv_rows", lane(out[g], u), K,
-                     [&](int64_t k) { return double(m[(row0 + g * H + j * kBlock + u) * K + k]) * a[k]; },
+                     [&](int64_t k) { return double(m[(first + g * H + j * kBlock + u) * K + k]) * a[k]; },
                      int(j), g, u);
     }
 }
