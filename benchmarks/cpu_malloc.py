@@ -33,13 +33,13 @@ import tempfile
 from _timing import RESULTS
 
 HERE = pathlib.Path(__file__).resolve().parent
+# no mmap for blocks up to 1 GiB, and the heap keeps up to 4 GiB of freed memory
+REUSE = "glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=4294967296"
 SETTINGS = {
     "default": "",
-    # no mmap for blocks up to 1 GiB, and the heap keeps up to 4 GiB of freed memory
-    "reuse": "glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=4294967296",
+    "reuse": REUSE,
     # the same in the main arena alone, whose heap grows without a 64 MiB limit
-    "one-arena": "glibc.malloc.arena_max=1:glibc.malloc.mmap_threshold=1073741824"
-                 ":glibc.malloc.trim_threshold=4294967296",
+    "one-arena": "glibc.malloc.arena_max=1:" + REUSE,
 }
 
 
