@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 import jax
+import numpy as np
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 
@@ -80,7 +81,19 @@ def interleaved_medians(
     clock: Callable[[], float] = time.perf_counter,
     rotate: bool = False,
 ) -> dict:
-    """Run every candidate once per round, ``repeats`` rounds; median seconds per call.
+    """Median seconds per call of each candidate over ``interleaved_times``' rounds (same arguments)."""
+    times = interleaved_times(candidates, repeats, inner, clock, rotate)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def interleaved_times(
+    candidates: dict[str, Callable[[], object]],
+    repeats: int,
+    inner: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+    rotate: bool = False,
+) -> dict[str, list[float]]:
+    """Run every candidate once per round, ``repeats`` rounds; seconds per call, round by round.
 
     Interleaving spreads the machine's noise (other tenants, frequency changes) evenly over the
     candidates, so ratios between them are fair even when absolute times drift. Each timed call
@@ -99,7 +112,20 @@ def interleaved_medians(
             for _ in range(inner):
                 block(candidates[name]())
             times[name].append((clock() - t) / inner)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return times
+
+
+def paired_ratio(a: list[float], b: list[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Median of the per-round ratios a[r] / b[r] and its 95% bootstrap interval: (median, low, high).
+
+    Rounds pair the two candidates' samples taken a moment apart, so a round on a busy machine
+    slows both and cancels out of its ratio; the interval says how far the median ratio moves when
+    the rounds are resampled. An interval that contains 1 is a difference within this run's noise.
+    """
+    ratios = np.asarray(a, float) / np.asarray(b, float)
+    picks = np.random.default_rng(seed).integers(0, len(ratios), size=(resamples, len(ratios)))
+    meds = np.median(ratios[picks], axis=1)
+    return float(np.median(ratios)), float(np.quantile(meds, 0.025)), float(np.quantile(meds, 0.975))
 
 
 def geo(values) -> float | None:

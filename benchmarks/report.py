@@ -28,6 +28,15 @@ def _x(v, pct=False):
     return f"{v:.0%}" if pct else f"{v:.2f}x"
 
 
+def _paired(r: dict) -> str:
+    """The native lowering's ratio to the best compared peer, with the paired round-by-round
+    interval where the run kept its rounds (runs before 2026-12-02 17:00 did not)."""
+    if r.get("cpu_paired_vs_best") is None:
+        return _x(r.get("cpu_ratio_vs_best"))
+    _, lo, hi = r["cpu_paired_vs_best"]
+    return f"{_x(r.get('cpu_ratio_vs_best'))} ({lo:.2f}–{hi:.2f})"
+
+
 def tables(data: dict) -> str:
     peers = data["peers"]
     lim = data["limits"]
@@ -37,7 +46,9 @@ def tables(data: dict) -> str:
         f"**{lim['bandwidth_gbs']:.1f} GB/s**. Times are medians (ms) of interleaved rounds; "
         "ratios compare jaxgru-xla and jaxgru-cpu (the native lowering) with the best of onnxruntime "
         "and PyTorch in the same run (below 1 is faster); the roofline column is the roofline time "
-        "over jaxgru-xla's time, the last one over jaxgru-cpu's.",
+        "over jaxgru-xla's time, the last one over jaxgru-cpu's. In brackets after the cpu ratio: the "
+        "95% interval of the median of its round-by-round ratios (`_timing.paired_ratio`); where it "
+        "contains 1, the difference is within this run's noise.",
         "",
     ]
     for mode in ("forward", "train"):
@@ -54,7 +65,7 @@ def tables(data: dict) -> str:
             cells = [f"{kind.replace(f'-{mode}', '')} {shape}"]
             cells += [_ms(med.get(p)) for p in used]
             cpu, roof = med.get("jaxgru-cpu"), r.get("roofline_s")
-            cells += [_x(r.get("ratio_vs_best")), _x(r.get("cpu_ratio_vs_best")),
+            cells += [_x(r.get("ratio_vs_best")), _paired(r),
                       _x(r.get("roofline_fraction"), pct=True),
                       _x(roof / cpu if (roof and cpu) else None, pct=True),
                       f"{r['compile_s'].get('jaxgru-xla', 0):.2f}",

@@ -5,7 +5,9 @@
 
 For each case, every available peer is built (the first call, compile included, is timed
 apart), checked against jaxgru-xla where they share weights, then all peers run interleaved
-for the same number of rounds and the medians are compared. Writes
+for the same number of rounds and the medians are compared; the native lowering's ratio to the
+best compared peer is also taken round by round, with a bootstrap interval
+(``_timing.paired_ratio``). Writes
 benchmarks/results/bench_{quick,full}.json; ``benchmarks/report.py`` turns the full results
 into docs/performance.md and its plot.
 """
@@ -16,6 +18,7 @@ import argparse
 import math
 import os
 import pathlib
+import statistics
 import sys
 import time
 
@@ -24,7 +27,7 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 
 import numpy as np
 import roofline
-from _timing import geo, interleaved_medians, save, warm_seconds
+from _timing import geo, interleaved_times, paired_ratio, save, warm_seconds
 from cases import FULL, QUICK, Case
 from peers import JaxgruPeer, Unsupported, all_peers, make_data
 
@@ -84,10 +87,15 @@ def run_case(case: Case, peers, repeats: int, budget_s: float, min_sample_s: flo
     # one warm call of each peer tells the cost of a call, of a sample and of a round
     warm = warm_seconds(fns)
     inner = calls_per_sample(warm, min_sample_s)
-    per_round = inner * sum(warm.values())
+    # a software adapter's wgsl calls (lavapipe: 20-40x XLA's time) would take most of the budget
+    # and leave the compared peers a third of their rounds; they run in every round but do not
+    # set the count
+    paced = [k for k, p in built.items() if not (getattr(p, "backend", None) == "wgsl" and p.software_adapter())]
+    per_round = inner * sum(warm[k] for k in paced)
     rounds = int(min(repeats, max(3, budget_s / max(per_round, 1e-6))))
-    med = interleaved_medians(fns, rounds, inner=inner)
-    return {"case": case.__dict__ | {"name": case.name}, "median_s": med, "compile_s": compile_s,
+    times = interleaved_times(fns, rounds, inner=inner)
+    med = {name: statistics.median(ts) for name, ts in times.items()}
+    return {"case": case.__dict__ | {"name": case.name}, "median_s": med, "times_s": times, "compile_s": compile_s,
             "memory_mb": memory, "skipped": skipped, "agreement": agree, "rounds": rounds,
             "calls_per_sample": inner}
 
@@ -124,6 +132,10 @@ def summarise(rows: list[dict], limits: dict) -> dict:
         row["ratio_vs_best"] = jx / best if (jx and best) else None
         cpu = med.get("jaxgru-cpu")  # the native CPU lowering, where built
         row["cpu_ratio_vs_best"] = cpu / best if (cpu and best) else None
+        times = row.get("times_s", {})
+        peer = min((k for k in med if k in COMPARED), key=med.__getitem__, default=None)
+        if cpu and peer and "jaxgru-cpu" in times:  # the same ratio round by round, and its interval
+            row["cpu_paired_vs_best"] = paired_ratio(times["jaxgru-cpu"], times[peer])
         if cpu and "torch" in med:
             row["cpu_ratio_vs_torch"] = cpu / med["torch"]
         for peer in ("torch", "flax", "equinox"):
@@ -138,6 +150,8 @@ def summarise(rows: list[dict], limits: dict) -> dict:
         s["geomean_ratio_vs_torch"] = geo([1 / r["speedup_vs_torch"] for r in sel if r.get("speedup_vs_torch")])
         s["cpu_geomean_ratio_vs_best"] = geo([r.get("cpu_ratio_vs_best") for r in sel])
         s["cpu_cases_slower_than_best"] = sum(1 for r in sel if (r.get("cpu_ratio_vs_best") or 0) > 1)
+        # of those, the cases whose paired interval lies above 1 (the others are within the noise)
+        s["cpu_cases_slower_beyond_noise"] = sum(1 for r in sel if r.get("cpu_paired_vs_best", (0, 0, 0))[1] > 1)
         s["cpu_geomean_ratio_vs_torch"] = geo([r.get("cpu_ratio_vs_torch") for r in sel])
         for peer in ("flax", "equinox"):
             s[f"geomean_speedup_vs_{peer}"] = geo([r.get(f"speedup_vs_{peer}") for r in sel])
@@ -164,7 +178,8 @@ def table(rows: list[dict], peers: list[str]) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--full", action="store_true", help="every case (default: the quick mode)")
-    ap.add_argument("--repeats", type=int, default=None, help="rounds per case (default 7 quick, 15 full)")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="rounds per case, at most as many as fit in --budget (default 7 quick, 45 full)")
     ap.add_argument("--budget", type=float, default=None, help="seconds of timed rounds per case")
     ap.add_argument("--only", default=None, help="run cases whose name contains this text")
     ap.add_argument("--peers", default=None, help="comma-separated peer names to run")
@@ -177,7 +192,7 @@ def main(argv=None) -> int:
     cases = FULL if args.full else QUICK
     if args.only:
         cases = [c for c in cases if args.only in c.name]
-    repeats = args.repeats or (15 if args.full else 7)
+    repeats = args.repeats or (45 if args.full else 7)
     budget = args.budget or (6.0 if args.full else 2.0)
     peers = []
     for p in all_peers():
