@@ -133,9 +133,9 @@ def summarise(rows: list[dict], limits: dict) -> dict:
         cpu = med.get("jaxgru-cpu")  # the native CPU lowering, where built
         row["cpu_ratio_vs_best"] = cpu / best if (cpu and best) else None
         times = row.get("times_s", {})
-        peer = min((k for k in med if k in COMPARED), key=med.__getitem__, default=None)
-        if cpu and peer and "jaxgru-cpu" in times:  # the same ratio round by round, and its interval
-            row["cpu_paired_vs_best"] = paired_ratio(times["jaxgru-cpu"], times[peer])
+        rival = min((k for k in med if k in COMPARED), key=med.__getitem__, default=None)
+        if cpu and rival and "jaxgru-cpu" in times:  # the same ratio round by round, and its interval
+            row["cpu_paired_vs_best"] = paired_ratio(times["jaxgru-cpu"], times[rival])
         if cpu and "torch" in med:
             row["cpu_ratio_vs_torch"] = cpu / med["torch"]
         for peer in ("torch", "flax", "equinox"):
