@@ -82,7 +82,11 @@ def interleaved_medians(
     rotate: bool = False,
 ) -> dict:
     """Median seconds per call of each candidate over ``interleaved_times``' rounds (same arguments)."""
-    times = interleaved_times(candidates, repeats, inner, clock, rotate)
+    return medians(interleaved_times(candidates, repeats, inner, clock, rotate))
+
+
+def medians(times: dict[str, list[float]]) -> dict[str, float]:
+    """The median of each candidate's samples."""
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 

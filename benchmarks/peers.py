@@ -32,6 +32,10 @@ class Peer:
     is_jax = False
     requires: str | None = None  # the module the peer needs installed
 
+    def software_wgsl(self) -> bool:
+        """Whether this is jaxgru-wgsl on a software adapter (lavapipe: 20-40x XLA's time)."""
+        return False
+
     def available(self) -> str | None:
         """None if usable here, else why not."""
         if self.requires and importlib.util.find_spec(self.requires) is None:
@@ -77,7 +81,9 @@ class JaxgruPeer(Peer):
             return "the native CPU extension is not built"
         return None
 
-    def software_adapter(self) -> bool:
+    def software_wgsl(self) -> bool:
+        if self.backend != "wgsl":
+            return False
         status = jaxgru._src.backends.adapter_status()
         return status["available"] and status["adapter"]["adapter_type"] not in ("DiscreteGPU", "IntegratedGPU")
 
@@ -96,7 +102,7 @@ class JaxgruPeer(Peer):
         return jax.jit(jax.grad(lambda p, x: jnp.mean(forward(p, x) ** 2)))
 
     def build(self, case, data):
-        if self.backend == "wgsl" and self.software_adapter() and case.flops() > 0.6e9:
+        if self.software_wgsl() and case.flops() > 0.6e9:
             raise Unsupported("software adapter: only small cases")
         f = self.function(case, data)
         p, x = data["params"], data["x"]

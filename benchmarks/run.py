@@ -18,7 +18,6 @@ import argparse
 import math
 import os
 import pathlib
-import statistics
 import sys
 import time
 
@@ -27,7 +26,7 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 
 import numpy as np
 import roofline
-from _timing import geo, interleaved_times, paired_ratio, save, warm_seconds
+from _timing import geo, interleaved_times, medians, paired_ratio, save, warm_seconds
 from cases import FULL, QUICK, Case
 from peers import JaxgruPeer, Unsupported, all_peers, make_data
 
@@ -90,11 +89,11 @@ def run_case(case: Case, peers, repeats: int, budget_s: float, min_sample_s: flo
     # a software adapter's wgsl calls (lavapipe: 20-40x XLA's time) would take most of the budget
     # and leave the compared peers a third of their rounds; they run in every round but do not
     # set the count
-    paced = [k for k, p in built.items() if not (getattr(p, "backend", None) == "wgsl" and p.software_adapter())]
+    paced = [k for k, p in built.items() if not p.software_wgsl()]
     per_round = inner * sum(warm[k] for k in paced)
     rounds = int(min(repeats, max(3, budget_s / max(per_round, 1e-6))))
     times = interleaved_times(fns, rounds, inner=inner)
-    med = {name: statistics.median(ts) for name, ts in times.items()}
+    med = medians(times)
     return {"case": case.__dict__ | {"name": case.name}, "median_s": med, "times_s": times, "compile_s": compile_s,
             "memory_mb": memory, "skipped": skipped, "agreement": agree, "rounds": rounds,
             "calls_per_sample": inner}
