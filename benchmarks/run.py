@@ -5,7 +5,8 @@
 
 For each case, every available peer is built (the first call, compile included, is timed
 apart), checked against jaxgru-xla where they share weights, then all peers run interleaved
-for the same number of rounds and the medians are compared; the native lowering's ratio to the
+for the same number of rounds (each round starting one peer later, so that no peer always runs
+right after the same one) and the medians are compared; the native lowering's ratio to the
 best compared peer is also taken round by round, with a bootstrap interval
 (``_timing.paired_ratio``). Writes
 benchmarks/results/bench_{quick,full}.json; ``benchmarks/report.py`` turns the full results
@@ -83,7 +84,7 @@ def run_case(case: Case, peers, repeats: int, budget_s: float, min_sample_s: flo
         except Unsupported as e:
             skipped[peer.name] = str(e)
     agree = _agreement(case, data, built)
-    # one warm call of each peer tells the cost of a call, of a sample and of a round
+    # a few warm calls of each peer tell the cost of a call, of a sample and of a round
     warm = warm_seconds(fns)
     inner = calls_per_sample(warm, min_sample_s)
     # a software adapter's wgsl calls (lavapipe: 20-40x XLA's time) would take most of the budget
@@ -92,7 +93,7 @@ def run_case(case: Case, peers, repeats: int, budget_s: float, min_sample_s: flo
     paced = [k for k, p in built.items() if not p.software_wgsl()]
     per_round = inner * sum(warm[k] for k in paced)
     rounds = int(min(repeats, max(3, budget_s / max(per_round, 1e-6))))
-    times = interleaved_times(fns, rounds, inner=inner)
+    times = interleaved_times(fns, rounds, inner=inner, rotate=True)
     med = medians(times)
     return {"case": case.__dict__ | {"name": case.name}, "median_s": med, "times_s": times, "compile_s": compile_s,
             "memory_mb": memory, "skipped": skipped, "agreement": agree, "rounds": rounds,
