@@ -1,0 +1,48 @@
+// The AVX2 register tiles timed alone on one core (GFLOP/s, best of 7 runs): the shapes the AVX2
+// kernels use and the ones tried instead. Panels of K x ldp floats (ldp 64: one LSTM panel of four
+// gates, read two or one gates at a time), rows and panel L2-resident. The rows sit in a buffer of 8 x K
+// floats: in one of exactly R x K floats the 3 x 2 and 2 x 2 tiles ran at 81 and 58 GFLOP/s at
+// K >= 256 instead of 99 and 92 (Zen 3), so where the rows lie matters; the cause was not found. Build and run from the
+// repository root:
+//   g++ -O3 -std=c++17 -mavx2 -mfma -Wno-psabi -Wno-attributes -o /tmp/tile_rates benchmarks/tile_rates.cc
+//   /tmp/tile_rates
+#include "../csrc/kernels_avx2.cc"
+
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+using namespace jaxgru_cpu;
+using namespace jaxgru_cpu::avx2;
+
+namespace {
+
+template <int R, int G>
+double rate(int64_t K, int64_t ldp, int reps) {
+  std::vector<float> panel(K * ldp + 64, 0.5f), rows(8 * K, 0.25f);
+  const float* a[8];
+  for (int r = 0; r < 8; ++r) a[r] = rows.data() + r * K;
+  alignas(64) vf out[32];
+  double best = 1e9;
+  for (int t = 0; t < 7; ++t) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) {
+      tile<R, G>(a, K, panel.data(), ldp, out);
+      asm volatile("" ::: "memory");  // every call's results count
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s < best) best = s;
+  }
+  return 2.0 * R * G * kBlock * K * reps / best / 1e9;
+}
+
+}  // namespace
+
+int main() {
+  std::printf("K     3x2    2x3    2x2    4x1    6x1\n");
+  for (int64_t K : {128, 256, 512}) {
+    const int reps = static_cast<int>(2000000 / K);
+    std::printf("%-4ld %6.1f %6.1f %6.1f %6.1f %6.1f\n", static_cast<long>(K), rate<3, 2>(K, 64, reps),
+                rate<2, 3>(K, 48, reps), rate<2, 2>(K, 64, reps), rate<4, 1>(K, 64, reps), rate<6, 1>(K, 64, reps));
+  }
+}
