@@ -1,9 +1,9 @@
 // The AVX2 register tiles timed alone on one core (GFLOP/s, best of 7 runs): the shapes the AVX2
-// kernels use and the ones tried instead. Panels of K x ldp floats (ldp 64: one LSTM panel of four
-// gates, read two or one gates at a time), rows and panel L2-resident. The rows sit in a buffer of 8 x K
-// floats: in one of exactly R x K floats the 3 x 2 and 2 x 2 tiles ran at 81 and 58 GFLOP/s at
-// K >= 256 instead of 99 and 92 (Zen 3), so where the rows lie matters; the cause was not found. Build and run from the
-// repository root:
+// kernels use and the ones tried instead. Panels of K x ldp floats (ldp 64: one LSTM panel of
+// four gates, read two or one gates at a time), rows and panel L2-resident. The rows sit in a
+// buffer of 8 x K floats: in one of exactly R x K floats the 3 x 2 and 2 x 2 tiles ran at 81 and
+// 58 GFLOP/s at K >= 256 instead of 99 and 92 (Zen 3), so where the rows lie matters; the cause
+// was not found. Build and run from the repository root:
 //   g++ -O3 -std=c++17 -mavx2 -mfma -Wno-psabi -Wno-attributes -o /tmp/tile_rates benchmarks/tile_rates.cc
 //   /tmp/tile_rates
 #include "../csrc/kernels_avx2.cc"
