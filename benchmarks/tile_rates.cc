@@ -1,6 +1,7 @@
-// The AVX2 register tiles timed alone on one core (GFLOP/s, best of 7 runs): the shapes the AVX2
-// kernels use and the ones tried instead. Panels of K x ldp floats (ldp 64: one LSTM panel of
-// four gates, read two or one gates at a time), rows and panel L2-resident. The rows sit in a
+// The AVX2 register tiles timed alone on one core (GFLOP/s, best of 7 runs): the shape the AVX2
+// kernels use (6 x 1, one gate's stream at a time: pack_panel) and the others tried. Panels of
+// K x ldp floats (ldp 64: read one or two gates of four at a time), rows and panel L2-resident.
+// 6 x 1 ran at 44 until its loop took one row's broadcast at a time (tile), now at ~100. The rows sit in a
 // buffer of 8 x K floats: in one of exactly R x K floats the 3 x 2 and 2 x 2 tiles ran at 81 and
 // 58 GFLOP/s at K >= 256 instead of 99 and 92 (Zen 3), so where the rows lie matters; the cause
 // was not found. Build and run from the repository root:
@@ -27,7 +28,7 @@ double rate(int64_t K, int64_t ldp, int reps) {
   for (int t = 0; t < 7; ++t) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < reps; ++i) {
-      tile<R, G>(a, K, panel.data(), ldp, out);
+      tile<R, G>(a, K, panel.data(), ldp, kBlock, out, G);
       asm volatile("" ::: "memory");  // every call's results count
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -34,7 +34,7 @@ struct Dir {
   float* bx = nullptr;       // [G][Hp]: the bias added to X.W^T (Rb folded in except GRU lbr=1 h)
   float* bh = nullptr;       // [Hp]: GRU lbr=1, Rbh (inside r*(H.Rh^T + Rbh))
   float* peep = nullptr;     // [3][Hp]: LSTM peepholes i, o, f
-  float* proj = nullptr;     // [chunk][N][nb][G][16]: X.W^T + bx for one chunk of steps
+  float* proj = nullptr;     // [chunk][nb][N][G][16]: X.W^T + bx for one chunk of steps
   float* h[2] = {nullptr, nullptr};  // [N][Hp] each: the hidden state, double-buffered by step
   float* c = nullptr;        // [N][Hp]: LSTM cell state (tile-local: updated in place)
   float* z = nullptr;        // [N][Hp]: GRU lbr=0, z between the two phases of a step

@@ -1,15 +1,28 @@
-// The portable kernels' building blocks against plain double-precision loops: for a target this
-// machine cannot run natively (tests/test_cpu_portable_arm64.py cross-compiles this file for
-// aarch64, where the kernels use NEON, and runs it under qemu). It includes the portable kernels'
-// translation unit, so it checks the code and the tile shapes that target compiles:
+// The kernels' building blocks against plain double-precision loops, for a target this machine
+// cannot run natively (tests/test_cpu_portable_arm64.py cross-compiles this file for aarch64,
+// where the portable kernels use NEON, and runs it under qemu) and for each instruction set it
+// runs (tests/test_cpu_backend.py). It includes one kernels translation unit, so it checks the
+// code and the tile shapes that target compiles:
 //   - tile_g: every gate count and row count up to kMaxRows (the register tiles, and the split of
-//     those whose accumulators do not fit), with K not a multiple of anything and padded panels;
+//     those whose accumulators do not fit), with K not a multiple of anything, padded panels and
+//     panels of one stream per gate (a gate stride);
 //   - pack: the 16 x 16 register transposes, including a partial last block;
 //   - gemv_rows: batch 1's product from R's rows (its row groups and transpose reduction);
 //   - the activations: exp, sigmoid and tanh to their documented accuracy, NaN kept, and every
 //     other activation's value.
 // Prints one line per failure and a summary; exits 1 on any failure.
+// The translation unit under test: the portable one, or an x86 one (-DJAXGRU_CHECK_AVX2 or
+// -DJAXGRU_CHECK_AVX512, with that instruction set's flags).
+#if defined(JAXGRU_CHECK_AVX512)
+#include "../../csrc/kernels_avx512.cc"
+namespace kernels_under_test = jaxgru_cpu::avx512;
+#elif defined(JAXGRU_CHECK_AVX2)
+#include "../../csrc/kernels_avx2.cc"
+namespace kernels_under_test = jaxgru_cpu::avx2;
+#else
 #include "../../csrc/kernels_generic.cc"
+namespace kernels_under_test = jaxgru_cpu::generic;
+#endif
 
 #include <cmath>
 #include <cstdio>
@@ -17,7 +30,7 @@
 #include <vector>
 
 using namespace jaxgru_cpu;
-using namespace jaxgru_cpu::generic;
+using namespace kernels_under_test;
 
 namespace {
 
@@ -73,6 +86,28 @@ void check_tiles() {
                            [&](int64_t k) { return double(a[r * K + k]) * panel[k * ldp + g * kBlock + u]; },
                            G, rows, int(K));
         }
+}
+
+// Panels of one stream of [K][16] per gate (the gates K * 16 floats apart: pack_panel's layout
+// where kGatePanels is set), through tile_g's gate stride.
+void check_gate_streams() {
+  for (int G = 1; G <= 4; ++G)
+    for (int rows = 1; rows <= kMaxRows; ++rows)
+      for (int64_t K : {1, 3, 37}) {
+        std::vector<float> panel(G * K * kBlock), a(rows * K);
+        for (auto& v : panel) v = uniform();
+        for (auto& v : a) v = uniform();
+        const float* rows_p[kMaxRows];
+        for (int r = 0; r < rows; ++r) rows_p[r] = a.data() + r * K;
+        vf out[kMaxRows * 4];
+        tile_g(G, rows, rows_p, K, panel.data(), out, kBlock, K * kBlock);
+        for (int r = 0; r < rows; ++r)
+          for (int g = 0; g < G; ++g)
+            for (int u = 0; u < kBlock; ++u)
+              expect_dot("tile_g gate streams", lane(out[r * G + g], u), K,
+                         [&](int64_t k) { return double(a[r * K + k]) * panel[(g * K + k) * kBlock + u]; },
+                         G, rows, int(K));
+      }
 }
 
 void check_pack() {
@@ -175,6 +210,7 @@ void check_activations() {
 
 int main() {
   check_tiles();
+  check_gate_streams();
   check_pack();
   check_gemv_rows();
   check_activations();
