@@ -1,10 +1,10 @@
 // The AVX2 register tiles timed alone on one core (GFLOP/s, best of 7 runs): the shape the AVX2
 // kernels use (6 x 1, one gate's stream at a time: pack_panel) and the others tried. Panels of
 // K x ldp floats (ldp 64: read one or two gates of four at a time), rows and panel L2-resident.
-// 6 x 1 ran at 44 until its loop took one row's broadcast at a time (tile), now at ~100. The rows sit in a
-// buffer of 8 x K floats: in one of exactly R x K floats the 3 x 2 and 2 x 2 tiles ran at 81 and
-// 58 GFLOP/s at K >= 256 instead of 99 and 92 (Zen 3), so where the rows lie matters; the cause
-// was not found. Build and run from the repository root:
+// 6 x 1 ran at 44 until its loop took one row's broadcast at a time (tile), now at ~100. The rows
+// sit in a buffer of 8 x K floats: in one of exactly R x K floats the 3 x 2 and 2 x 2 tiles ran at
+// 81 and 58 GFLOP/s at K >= 256 instead of 99 and 92 (Zen 3), so where the rows lie matters; the
+// cause was not found. Build and run from the repository root:
 //   g++ -O3 -std=c++17 -mavx2 -mfma -Wno-psabi -Wno-attributes -o /tmp/tile_rates benchmarks/tile_rates.cc
 //   /tmp/tile_rates
 #include "../csrc/kernels_avx2.cc"

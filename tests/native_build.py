@@ -14,6 +14,8 @@ import jax.ffi
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
+# the kernels' building blocks against double-precision loops, for one kernels translation unit
+CHECK = ROOT / "tests" / "native" / "kernels_check.cc"
 
 
 @dataclasses.dataclass(frozen=True)

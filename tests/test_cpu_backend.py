@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from native_build import CHECK, cmake_build
 from oracles import ort_run, random_case
 
 import jaxgru
@@ -146,33 +147,24 @@ def _saturating_lstm(x):
 
 
 def _host_isas() -> list[str]:
-    """The x86 kernel sets this processor runs (its cpuid flags as /proc/cpuinfo lists them)."""
-    try:
-        line = re.search(r"^flags\s*:(.*)$", pathlib.Path("/proc/cpuinfo").read_text(), re.M)
-    except OSError:
-        return []
-    flags = set(line.group(1).split()) if line else set()
-    return [isa for isa, need in (("avx512", {"avx512f", "avx512dq", "fma"}), ("avx2", {"avx2", "fma"}))
-            if need <= flags]
-
-
-# kernels_check.cc's translation unit and that instruction set's flags (CMakeLists.txt's)
-CHECK_FLAGS = {"generic": [], "avx2": ["-DJAXGRU_CHECK_AVX2", "-mavx2", "-mfma"],
-               "avx512": ["-DJAXGRU_CHECK_AVX512", "-mavx512f", "-mavx512dq", "-mfma"]}
+    """The x86 kernel sets this processor runs: those the extension's cpuid check picks when
+    capped at them (none where the extension is not built)."""
+    mod, _ = native._module()
+    return [] if mod is None else [isa for isa in ("avx512", "avx2") if mod.isa(native.ISAS.index(isa)) == isa]
 
 
 @pytest.mark.parametrize("isa", ["generic", *_host_isas()])
 def test_kernel_building_blocks_on_this_processor(tmp_path, isa):
-    """tests/native/kernels_check.cc built for each instruction set this processor runs (at
-    CMakeLists.txt's -O3): the register tiles at every row and gate count, on panels of one stream
-    of all gates and of one stream per gate (AVX2's layout), packing, batch 1's product and the
-    activations, against double-precision loops."""
+    """tests/native/kernels_check.cc built for each instruction set this processor runs, with
+    CMakeLists.txt's options and that set's flags: the register tiles at every row and gate count,
+    on panels of one stream of all gates and of one stream per gate (AVX2's layout), packing,
+    batch 1's product and the activations, against double-precision loops."""
+    build = cmake_build()
+    flags = [] if isa == "generic" else [f"-DJAXGRU_CHECK_{isa.upper()}", *build.x86_sources[f"kernels_{isa}.cc"]]
     exe = tmp_path / "kernels_check"
-    source = pathlib.Path(__file__).resolve().parent / "native" / "kernels_check.cc"
-    build = subprocess.run([os.environ.get("CXX", "g++"), "-std=c++17", "-O3", "-Wno-psabi", "-Wno-attributes",
-                            *CHECK_FLAGS[isa], str(source), "-o", str(exe)],
-                           capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, build.stderr[-3000:]
+    out = subprocess.run([os.environ.get("CXX", "g++"), *build.options, *flags, str(CHECK), "-o", str(exe)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and " 0 failures" in run.stdout, run.stdout[-3000:]
     assert run.stdout.startswith(f"{isa} kernels"), run.stdout

@@ -15,9 +15,8 @@ import subprocess
 
 import pytest
 from ci_gate import skip_or_fail
-from native_build import CSRC, ROOT, compile_objects
+from native_build import CHECK, CSRC, compile_objects
 
-CHECK = ROOT / "tests" / "native" / "kernels_check.cc"
 COMPILERS = {"gcc": ["aarch64-linux-gnu-g++"], "clang": ["clang++", "--target=aarch64-linux-gnu"]}
 
 

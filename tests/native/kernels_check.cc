@@ -66,48 +66,31 @@ void expect_dot(const char* what, double got, int64_t K, Term term, int a, int b
 std::mt19937 rng(7);
 float uniform() { return std::uniform_real_distribution<float>(-1.f, 1.f)(rng); }
 
+// Panels as the kernels lay them out: one stream of [K][G][16] (ldp 0), the same with rows padded
+// apart, and one stream of [K][16] per gate (the gates K * 16 floats apart: pack_panel's split
+// layout, through tile_g's gate stride). Element (k, g, u) is at k * ldp + g * gs + u.
 void check_tiles() {
+  enum { kInterleaved, kPadded, kGateStreams };
   for (int G = 1; G <= 4; ++G)
     for (int rows = 1; rows <= kMaxRows; ++rows)
       for (int64_t K : {1, 3, 16, 37})
-        for (int pad : {0, 16}) {
-          const int64_t ldp = G * kBlock + pad;
-          std::vector<float> panel(K * ldp), a(rows * K);
+        for (int layout : {kInterleaved, kPadded, kGateStreams}) {
+          const int64_t ldp = layout == kGateStreams ? kBlock : G * kBlock + (layout == kPadded ? 16 : 0);
+          const int64_t gs = layout == kGateStreams ? K * kBlock : kBlock;
+          std::vector<float> panel((K - 1) * ldp + (G - 1) * gs + kBlock), a(rows * K);
           for (auto& v : panel) v = uniform();
           for (auto& v : a) v = uniform();
           const float* rows_p[kMaxRows];
           for (int r = 0; r < rows; ++r) rows_p[r] = a.data() + r * K;
           vf out[kMaxRows * 4];
-          tile_g(G, rows, rows_p, K, panel.data(), out, pad ? ldp : 0);
+          tile_g(G, rows, rows_p, K, panel.data(), out, layout == kInterleaved ? 0 : ldp, gs);
           for (int r = 0; r < rows; ++r)
             for (int g = 0; g < G; ++g)
               for (int u = 0; u < kBlock; ++u)
                 expect_dot("tile_g", lane(out[r * G + g], u), K,
-                           [&](int64_t k) { return double(a[r * K + k]) * panel[k * ldp + g * kBlock + u]; },
-                           G, rows, int(K));
+                           [&](int64_t k) { return double(a[r * K + k]) * panel[k * ldp + g * gs + u]; },
+                           G, rows, int(K) * 4 + layout);
         }
-}
-
-// Panels of one stream of [K][16] per gate (the gates K * 16 floats apart: pack_panel's layout
-// where kGatePanels is set), through tile_g's gate stride.
-void check_gate_streams() {
-  for (int G = 1; G <= 4; ++G)
-    for (int rows = 1; rows <= kMaxRows; ++rows)
-      for (int64_t K : {1, 3, 37}) {
-        std::vector<float> panel(G * K * kBlock), a(rows * K);
-        for (auto& v : panel) v = uniform();
-        for (auto& v : a) v = uniform();
-        const float* rows_p[kMaxRows];
-        for (int r = 0; r < rows; ++r) rows_p[r] = a.data() + r * K;
-        vf out[kMaxRows * 4];
-        tile_g(G, rows, rows_p, K, panel.data(), out, kBlock, K * kBlock);
-        for (int r = 0; r < rows; ++r)
-          for (int g = 0; g < G; ++g)
-            for (int u = 0; u < kBlock; ++u)
-              expect_dot("tile_g gate streams", lane(out[r * G + g], u), K,
-                         [&](int64_t k) { return double(a[r * K + k]) * panel[(g * K + k) * kBlock + u]; },
-                         G, rows, int(K));
-      }
 }
 
 void check_pack() {
@@ -210,7 +193,6 @@ void check_activations() {
 
 int main() {
   check_tiles();
-  check_gate_streams();
   check_pack();
   check_gemv_rows();
   check_activations();
