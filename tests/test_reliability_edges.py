@@ -23,10 +23,12 @@ from oracles import Case, ort_run
 from test_reliability_fuzz import Config, assert_agree, build_case, expected, run, to_layout0
 
 import jaxgru
+from jaxgru._src import native
 from jaxgru._src.activations import NAMES, lookup
 from jaxgru._src.webgpu import runtime
 
-BOTH = ["xla", pytest.param("wgsl", marks=pytest.mark.wgsl)]
+NATIVE = pytest.mark.skipif(not native.available(), reason="the native CPU extension is not built")
+BACKENDS = ["xla", pytest.param("wgsl", marks=pytest.mark.wgsl), pytest.param("cpu", marks=NATIVE)]
 BOUNDED = ("Sigmoid", "Tanh", "HardSigmoid", "Softsign", "ScaledTanh")  # outputs in [-1, 1]
 UNBOUNDED = tuple(n for n in NAMES if n not in BOUNDED)
 DEFAULTS = {"gru": ("Sigmoid", "Tanh"), "lstm": ("Sigmoid", "Tanh", "Tanh")}
@@ -88,7 +90,7 @@ def huge_case(cell, acts, length, seed=0, clip=None):
 UNIT_SHAPES = [(1, 1, 1, 1), (1, 3, 2, 5), (4, 1, 3, 2), (3, 2, 1, 3), (3, 2, 4, 1)]
 
 
-@pytest.mark.parametrize("backend", BOTH, indirect=True)
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 @pytest.mark.parametrize(("L", "N", "I", "H"), UNIT_SHAPES, ids=["x".join(map(str, s)) for s in UNIT_SHAPES])
 def test_length_1_and_sizes_of_1_match_onnxruntime(backend, cell, L, N, I, H):
@@ -137,7 +139,7 @@ def test_10000_steps_on_wgsl_match_onnxruntime_and_xla(adapter, cell):
 ZERO_SHAPES = {"L=0": (0, 3, 2, 4), "N=0": (5, 0, 2, 4), "H=0": (5, 3, 2, 0), "L=N=0": (0, 0, 2, 4)}
 
 
-@pytest.mark.parametrize("backend", BOTH, indirect=True)
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 @pytest.mark.parametrize("layout", [0, 1])
 @pytest.mark.parametrize("which", list(ZERO_SHAPES))
@@ -159,7 +161,7 @@ def test_zero_sized_calls_return_empty_outputs_and_the_initial_states(backend, c
             np.testing.assert_array_equal(got[2], c32.c0)
 
 
-@pytest.mark.parametrize("backend", BOTH, indirect=True)
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_bug_wgsl_input_size_0_divided_by_zero(backend, cell):
     """input_size 0 (X·Wᵀ is empty: only the biases drive the gates) equals input_size 1 with a
@@ -177,7 +179,7 @@ def test_bug_wgsl_input_size_0_divided_by_zero(backend, cell):
             assert_agree(g, w, "float32", f"output {i}")
 
 
-@pytest.mark.parametrize("backend", BOTH, indirect=True)
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 @pytest.mark.parametrize("which", ["N=0", "H=0", "I=0"])
 def test_gradients_of_zero_sized_calls(backend, which):
     L, N, I, H = {"N=0": (4, 0, 2, 3), "H=0": (4, 2, 2, 0), "I=0": (4, 2, 0, 3)}[which]
@@ -261,9 +263,11 @@ def test_softplus_is_overflow_free_unlike_onnxruntime():
     with np.errstate(over="ignore"):  # exp(1e20): inf, so z = 0 exactly
         z = 1 / (1 + np.exp(-(x @ w[:3].T)))
     want = (1 - z) * np.logaddexp(0, x @ w[6:].T)  # r·h = 0: the reset gate does not matter
-    for backend in ("xla", "wgsl"):
+    for backend in ("xla", "wgsl", "cpu"):
         if backend == "wgsl":
             wgsl_support.require_adapter()
+        if backend == "cpu" and not native.available():
+            continue
         y, y_h = run(case, cfg, backend)
         np.testing.assert_allclose(y[0, 0], want, rtol=1e-5)
         np.testing.assert_allclose(y_h[0], want, rtol=1e-5)
@@ -280,30 +284,47 @@ def _special_inputs(case, c32):
         c.x[1, 0, 0], c.x[2, 1, 1], c.x[0, 2, 0] = np.nan, np.inf, -np.inf
 
 
-@pytest.mark.wgsl
-@pytest.mark.parametrize("clip", [None, 2.0])
-@pytest.mark.parametrize("cell", ["gru", "lstm"])
-def test_bug_wgsl_clamps_turned_nan_into_numbers(cell, clip, adapter):
-    """NaN and ±inf inputs give the same NaN/±inf positions and finite values on both backends,
-    with every activation as f, g and h, with and without clip; the finite batch row equals
-    onnxruntime's run of that row alone. Was: WGSL's clamp/max/min return the non-NaN operand,
-    so Tanh, HardSigmoid, Relu, Elu, Softplus and clip mapped NaN to numbers on wgsl, and ±inf
-    times a zero padding weight put NaN into the padding lanes (seen with Sigmoid as g)."""
+def _special_inputs_agree_with_xla(backend, cell, clip):
+    """NaN and ±inf inputs (_special_inputs): `backend` gives the same NaN/±inf positions and
+    finite values as xla with every activation as f, g and h; the finite batch row equals
+    onnxruntime's run of that row alone."""
     for acts in packed_activations(cell, NAMES, NAMES):
         alpha, beta = _alpha_beta(acts)
         cfg = Config(cell=cell, L=4, N=4, I=2, H=3, direction="bidirectional", acts=acts, alpha=alpha,
                      beta=beta, clip=clip, h0=True, seed=3)
         case, c32 = build_case(cfg)
         _special_inputs(case, c32)
-        xla, wgsl = run(case, cfg, "xla"), run(case, cfg, "wgsl")
+        xla, got = run(case, cfg, "xla"), run(case, cfg, backend)
         clean = dataclasses.replace(c32, x=c32.x[:, 3:], h0=c32.h0[:, 3:])
-        for i, (x, g, w) in enumerate(zip(xla, wgsl, ort_run(clean), strict=True)):
-            assert_agree(g, x, "float32", f"wgsl output {i} vs xla, {acts}, clip={clip}")
+        for i, (x, g, w) in enumerate(zip(xla, got, ort_run(clean), strict=True)):
+            assert_agree(g, x, "float32", f"{backend} output {i} vs xla, {acts}, clip={clip}")
             row = x[:, :, 3] if i == 0 else x[:, 3]
             assert_agree(row, w[:, :, 0] if i == 0 else w[:, 0], "float32", f"finite row, output {i}, {acts}")
 
 
-@pytest.mark.parametrize("backend", BOTH, indirect=True)
+@pytest.mark.wgsl
+@pytest.mark.parametrize("clip", [None, 2.0])
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_bug_wgsl_clamps_turned_nan_into_numbers(cell, clip, adapter):
+    """NaN and ±inf inputs agree with xla on wgsl, with and without clip. Was: WGSL's
+    clamp/max/min return the non-NaN operand, so Tanh, HardSigmoid, Relu, Elu, Softplus and clip
+    mapped NaN to numbers on wgsl, and ±inf times a zero padding weight put NaN into the padding
+    lanes (seen with Sigmoid as g)."""
+    _special_inputs_agree_with_xla("wgsl", cell, clip)
+
+
+@NATIVE
+@pytest.mark.parametrize("clip", [None, 2.0])
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_native_clamps_keep_nan_and_infinities(cell, clip):
+    """NaN and ±inf inputs agree with xla on the native CPU lowering, with and without clip: its
+    exponential's and clip's clamps are min/max instructions with the constant first (csrc
+    simd.inc min_c / max_c), which return x where x is NaN; in the other operand order they would
+    return the bound."""
+    _special_inputs_agree_with_xla("cpu", cell, clip)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 @pytest.mark.parametrize("clip", [None, 2.0])
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_nan_propagates_forward_in_time_only(backend, cell, clip):
@@ -391,7 +412,7 @@ def test_bfloat16_has_the_float32_range():
 # --------------------------------------------------------------------------------------
 # determinism
 # --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("backend", BOTH, indirect=True)
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_repeated_calls_are_bit_identical(backend, cell):
     """Forward and gradients: jitted, eager, and (wgsl) on a freshly created device."""
