@@ -11,11 +11,16 @@ import subprocess
 import sysconfig
 
 import jax.ffi
+import pytest
+
+from jaxgru._src import native
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
 # the kernels' building blocks against double-precision loops, for one kernels translation unit
 CHECK = ROOT / "tests" / "native" / "kernels_check.cc"
+# the mark of every test that needs the built extension
+NATIVE = pytest.mark.skipif(not native.available(), reason="the native CPU extension is not built")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,16 +14,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import wgsl_support
+from native_build import NATIVE
 
 import jaxgru
-from jaxgru._src import native
 from jaxgru._src.webgpu import runtime
 
 L, N, IN, H, P = 5, 3, 4, 6, 3
 TOL = {"atol": 2e-6, "rtol": 2e-6}
 BACKENDS = (
     "xla",
-    pytest.param("cpu", marks=pytest.mark.skipif(not native.available(), reason="native CPU extension not built")),
+    pytest.param("cpu", marks=NATIVE),
     pytest.param("wgsl", marks=pytest.mark.wgsl),
 )
 

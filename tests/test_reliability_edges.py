@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import wgsl_support
+from native_build import NATIVE
 from oracles import Case, ort_run
 from test_reliability_fuzz import Config, assert_agree, build_case, expected, run, to_layout0
 
@@ -27,7 +28,6 @@ from jaxgru._src import native
 from jaxgru._src.activations import NAMES, lookup
 from jaxgru._src.webgpu import runtime
 
-NATIVE = pytest.mark.skipif(not native.available(), reason="the native CPU extension is not built")
 BACKENDS = ["xla", pytest.param("wgsl", marks=pytest.mark.wgsl), pytest.param("cpu", marks=NATIVE)]
 BOUNDED = ("Sigmoid", "Tanh", "HardSigmoid", "Softsign", "ScaledTanh")  # outputs in [-1, 1]
 UNBOUNDED = tuple(n for n in NAMES if n not in BOUNDED)

@@ -23,10 +23,10 @@ import pytest
 import wgsl_support
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from native_build import NATIVE
 from oracles import Case, numpy_run, ort_run
 
 import jaxgru
-from jaxgru._src import native
 from jaxgru._src.activations import NAMES, lookup
 from jaxgru._src.backends import NativeUnavailableError
 from jaxgru._src.webgpu.runtime import WGPUUnavailableError
@@ -293,7 +293,7 @@ def test_fuzz_wgsl_matches_xla_and_onnxruntime(adapter, cfg):
         assert_agree(g, x, cfg.dtype, f"wgsl output {i} vs xla, {cfg}")
 
 
-@pytest.mark.skipif(not native.available(), reason="the native CPU extension is not built")
+@NATIVE
 @settings(max_examples=examples(30), **FUZZ)
 @given(cfg=configs())
 def test_fuzz_cpu_matches_xla_and_onnxruntime(cfg):
@@ -317,7 +317,7 @@ def test_fuzz_gradients_agree_across_backends(adapter, cfg):
     _assert_gradients_match_xla(cfg, "wgsl")
 
 
-@pytest.mark.skipif(not native.available(), reason="the native CPU extension is not built")
+@NATIVE
 @settings(max_examples=examples(8), **FUZZ)
 @given(cfg=configs(dtypes=("float32",), min_length=1))
 def test_fuzz_cpu_gradients_match_xla(cfg):
@@ -348,7 +348,7 @@ def _assert_gradients_match_xla(cfg, backend: str) -> None:
         assert_agree(g, w, "float32", f"gradient, {cfg}")
 
 
-@pytest.mark.skipif(not native.available(), reason="the native CPU extension is not built")
+@NATIVE
 @settings(max_examples=examples(8), **FUZZ)
 @given(cfg=configs())
 def test_fuzz_cpu_jvp_matches_xla(cfg):

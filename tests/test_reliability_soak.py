@@ -22,11 +22,11 @@ import jax
 import numpy as np
 import pytest
 import wgsl_support
+from native_build import NATIVE
 from test_reliability_fuzz import Config, assert_agree, build_case, expected_from_ort
 from test_wgsl_backend import _rss_mib
 
 import jaxgru
-from jaxgru._src import native
 from jaxgru._src.webgpu import counters, runtime
 
 SOAK_CALLS = 10_000  # per backend, in the default run (about 3 s on xla, 20 s on lavapipe)
@@ -61,7 +61,7 @@ def backend(request):
 
 BACKENDS = [
     "xla",
-    pytest.param("cpu", marks=pytest.mark.skipif(not native.available(), reason="native CPU extension not built")),
+    pytest.param("cpu", marks=NATIVE),
     pytest.param("wgsl", marks=pytest.mark.wgsl),
 ]
 
