@@ -17,14 +17,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from native_build import CHECK, NATIVE, cmake_build
+from native_build import CHECK, cmake_build
 from oracles import ort_run, random_case
 
 import jaxgru
 from jaxgru._src import activations, backends, native
 from jaxgru._src.options import make_config
 
-pytestmark = NATIVE
+pytestmark = pytest.mark.native
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 

@@ -1,8 +1,8 @@
-"""The native CPU extension cross-built for macOS, arm64 (the portable NEON kernels) and x86-64
-(the AVX-512, AVX2 and portable kernels), with the sources and flags of CMakeLists.txt: every
-file compiles against macOS's headers (no futex, Mach's thread clocks in csrc/wait.h), and the
-objects link into a Mach-O module whose only unresolved symbols are Python's C API and the C++
-runtime (macOS's libc++ dylib).
+"""The native CPU extension cross-built for macOS, arm64 (the portable NEON kernels) and x86-64 (the
+AVX-512, AVX2 and portable kernels), with the sources and flags of CMakeLists.txt (at -O0:
+native_build.compile_objects says why): every file compiles against macOS's headers (no futex,
+Mach's thread clocks in csrc/wait.h), and the objects link into a Mach-O module whose only
+unresolved symbols are Python's C API and the C++ runtime (macOS's libc++ dylib).
 
 No macOS SDK can be installed here: the compiler is Zig's Clang (the `ziglang` wheel, a test
 dependency), which ships macOS's libc headers and libSystem stubs. This checks that the code

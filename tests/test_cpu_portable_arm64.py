@@ -1,10 +1,11 @@
 """The portable kernels as aarch64 builds them (NEON, and the tile shapes of that target), run
 under qemu's user-mode emulator: tests/native/kernels_check.cc checks the register tiles, the
 packing transposes, batch 1's product and the activations against double-precision loops. And
-the whole extension (the FFI handlers and the portable kernels) compiled and linked for aarch64.
+the whole extension (the FFI handlers and the portable kernels) compiled and linked for aarch64
+(at -O0: native_build.compile_objects says why).
 
-Built by GCC's aarch64 cross compiler and by Clang for aarch64 (Clang is macOS's compiler), at
-the -O3 of CMakeLists.txt. Needs aarch64-linux-gnu-g++ and qemu-aarch64 (`make arm64` installs
+The kernels are built by GCC's aarch64 cross compiler and by Clang for aarch64 (Clang is macOS's
+compiler), at the -O3 of CMakeLists.txt. Needs aarch64-linux-gnu-g++ and qemu-aarch64 (`make arm64` installs
 them with apt): skips without them, but fails under ``CI=true``, where they are installed.
 """
 

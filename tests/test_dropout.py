@@ -3,7 +3,7 @@
 Oracles: layers whose output is their input (exactly: Affine activations, identity weights), so
 the stack's mask and scale are read off its output; a hand-written per-layer loop of
 ``jaxgru.gru`` / ``lstm`` with ``jax.random.bernoulli`` and the documented keys (exact
-equality, forward and gradient, on both backends); PyTorch's ``nn.GRU(dropout=p)`` in training
+equality, forward and gradient, on every backend); PyTorch's ``nn.GRU(dropout=p)`` in training
 mode (its masks come from another RNG, so statistics only); ``nnx.Dropout``'s and
 ``eqx.nn.Dropout``'s conventions for the modules.
 """
@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-import wgsl_support
+from backend_cases import BACKENDS
 from flax import nnx
 
 import jaxgru
@@ -27,17 +27,10 @@ from jaxgru.interop import from_torch, to_torch
 I, H, N, L = 3, 4, 3, 5  # small: compiled programs are shared between tests
 P = 0.4
 CELLS = ["gru", "lstm"]
-BACKENDS = ["xla", pytest.param("wgsl", marks=pytest.mark.wgsl)]
 STACK = {"gru": jaxgru.gru_stack, "lstm": jaxgru.lstm_stack}
 LAYER = {"gru": jaxgru.gru, "lstm": jaxgru.lstm}
 INIT = {"gru": jaxgru.init_gru, "lstm": jaxgru.init_lstm}
 STATES = {"gru": ("initial_h",), "lstm": ("initial_h", "initial_c")}
-
-
-def _backend(backend):
-    if backend == "wgsl":
-        wgsl_support.require_adapter()
-    return backend
 
 
 def _layers(cell, num_layers, bidirectional=False, seed=0, input_size=I):
@@ -135,10 +128,9 @@ def test_mask_statistics_and_exact_scale(cell, rate):
     assert np.any((y_other == 0) != dropped)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 @pytest.mark.parametrize("cell", CELLS)
 def test_stack_equals_hand_written_loop(cell, backend):
-    backend = _backend(backend)
     # three bidirectional layers (two masks), time-major; two layers, batch-major
     case = dict(layout=0, direction="bidirectional", num_layers=3) if cell == "gru" else dict(
         layout=1, direction="forward", num_layers=2)
@@ -156,10 +148,9 @@ def test_stack_equals_hand_written_loop(cell, backend):
     assert not np.array_equal(np.asarray(got[0]), np.asarray(plain[0]))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 @pytest.mark.parametrize("cell", CELLS)
 def test_gradients_equal_hand_written_loop(cell, backend):
-    backend = _backend(backend)
     d = 2 if (cell, backend) == ("gru", "xla") else 1  # one bidirectional case: the graphs are big
     layers = _layers(cell, 2, bidirectional=d == 2)
     x, states, lens = _inputs(cell, 0, d, 2)
@@ -407,10 +398,9 @@ def _eqx(cell, backend="xla", **kw):
     return cls(I, H, num_layers=2, backend=backend, key=jax.random.key(0), **kw)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 @pytest.mark.parametrize("cell", CELLS)
 def test_equinox_key_and_inference(cell, backend):
-    backend = _backend(backend)
     model = _eqx(cell, backend, dropout=P)
     x, _, _ = _inputs(cell, 0, 1, 2)
     plain = STACK[cell](model.layers, x, backend=backend)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import wgsl_support
+from backend_cases import BACKENDS
 
 import jaxgru
 import jaxgru.equinox
@@ -16,14 +16,7 @@ from jaxgru.interop import from_equinox
 
 L, N, I, H = 5, 3, 3, 4
 TOL = {"atol": 2e-6, "rtol": 2e-6}
-BACKENDS = ["xla", pytest.param("wgsl", marks=pytest.mark.wgsl)]
 CELL = {"gru": eqx.nn.GRUCell, "lstm": eqx.nn.LSTMCell}
-
-
-def _backend(backend):
-    if backend == "wgsl":
-        wgsl_support.require_adapter()
-    return backend
 
 
 def _random_cell(kind, use_bias, seed=0):
@@ -48,11 +41,10 @@ def _inputs(seed=1):
             jnp.asarray(rng.standard_normal((N, H)).astype(np.float32)))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 @pytest.mark.parametrize("use_bias", [True, False])
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
 def test_from_equinox_against_the_cell(kind, use_bias, backend):
-    backend = _backend(backend)
     cell = _random_cell(kind, use_bias)
     layers, options = from_equinox(cell)
     assert options == ({"linear_before_reset": True} if kind == "gru" else {})

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import wgsl_support
+from backend_cases import BACKENDS
 from jax.test_util import check_grads
 
 import jaxgru
@@ -24,15 +24,6 @@ torch = pytest.importorskip("torch")
 
 L, N, IN, H, P = 4, 2, 3, 5, 2
 TOL = {"atol": 2e-5, "rtol": 2e-5}
-BACKENDS = ("xla", pytest.param("wgsl", marks=pytest.mark.wgsl))
-
-
-@pytest.fixture
-def backend(request):
-    """The parametrised backend; wgsl needs an adapter (fails under CI=true without one)."""
-    if request.param == "wgsl":
-        wgsl_support.require_adapter()
-    return request.param
 
 
 def _torch_y(y, layout):
@@ -57,7 +48,7 @@ def _torch_module(num_layers, bidirectional, batch_first, *, dropout=0.0, seed=0
 
 
 # --------------------------------------------------------------------------------------
-# PyTorch parity: outputs and every gradient, 1-3 layers, both backends
+# PyTorch parity: outputs and every gradient, 1-3 layers, every backend
 # --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 @pytest.mark.parametrize(("num_layers", "bidirectional", "batch_first"),

@@ -14,25 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import wgsl_support
-from native_build import NATIVE
+from backend_cases import BACKENDS
 
 import jaxgru
 from jaxgru._src.webgpu import runtime
 
 L, N, IN, H, P = 5, 3, 4, 6, 3
 TOL = {"atol": 2e-6, "rtol": 2e-6}
-BACKENDS = (
-    "xla",
-    pytest.param("cpu", marks=NATIVE),
-    pytest.param("wgsl", marks=pytest.mark.wgsl),
-)
-
-
-@pytest.fixture
-def backend(request):
-    if request.param == "wgsl":
-        wgsl_support.require_adapter()
-    return request.param
 
 
 def _f16(a):

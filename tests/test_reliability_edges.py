@@ -19,27 +19,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import wgsl_support
-from native_build import NATIVE
+from backend_cases import AGAINST_XLA, BACKENDS
 from oracles import Case, ort_run
 from test_reliability_fuzz import Config, assert_agree, build_case, expected, run, to_layout0
 
 import jaxgru
-from jaxgru._src import native
 from jaxgru._src.activations import NAMES, lookup
 from jaxgru._src.webgpu import runtime
 
-BACKENDS = ["xla", pytest.param("wgsl", marks=pytest.mark.wgsl), pytest.param("cpu", marks=NATIVE)]
 BOUNDED = ("Sigmoid", "Tanh", "HardSigmoid", "Softsign", "ScaledTanh")  # outputs in [-1, 1]
 UNBOUNDED = tuple(n for n in NAMES if n not in BOUNDED)
 DEFAULTS = {"gru": ("Sigmoid", "Tanh"), "lstm": ("Sigmoid", "Tanh", "Tanh")}
-
-
-@pytest.fixture
-def backend(request):
-    """The backend parameter; "wgsl" needs an adapter (skips without one, fails under CI=true)."""
-    if request.param == "wgsl":
-        wgsl_support.require_adapter()
-    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -213,47 +203,48 @@ def test_gradient_of_a_length_0_sequence(cell):
 
 
 # --------------------------------------------------------------------------------------
-# huge inputs: saturation as onnxruntime's, overflow alike on both backends
+# huge inputs: saturation as onnxruntime's, overflow alike on every backend
 # --------------------------------------------------------------------------------------
-@pytest.mark.wgsl
+@pytest.mark.parametrize("backend", AGAINST_XLA, indirect=True)
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
-def test_huge_inputs_saturate_like_onnxruntime(cell, adapter):
+def test_huge_inputs_saturate_like_onnxruntime(cell, backend):
     """x = ±1e20 with a bounded gate activation f and any g (and h): every output is finite and
-    equals onnxruntime's, on both backends. Softplus is compared between the backends only:
+    equals onnxruntime's, on every backend. Softplus is compared with xla only:
     onnxruntime's log(1 + e^x) overflows to inf above x ≈ 88.7 (a documented difference)."""
     for acts in packed_activations(cell, BOUNDED, NAMES):
         cfg, case, c32 = huge_case(cell, acts, length=4)
-        xla, wgsl = run(case, cfg, "xla"), run(case, cfg, "wgsl")
+        xla, got = run(case, cfg, "xla"), run(case, cfg, backend)
         want = expected(cfg, c32) if "Softplus" not in acts else xla
-        for i, (x, g, w) in enumerate(zip(xla, wgsl, want, strict=True)):
+        for i, (x, g, w) in enumerate(zip(xla, got, want, strict=True)):
             assert np.isfinite(x).all(), (acts, i)
             assert_agree(x, w, "float32", f"xla output {i} vs onnxruntime, {acts}")
-            assert_agree(g, x, "float32", f"wgsl output {i} vs xla, {acts}")
+            assert_agree(g, x, "float32", f"{backend} output {i} vs xla, {acts}")
 
 
-@pytest.mark.wgsl
+@pytest.mark.parametrize("backend", AGAINST_XLA, indirect=True)
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
-def test_huge_inputs_with_an_unbounded_gate_activation(cell, adapter):
+def test_huge_inputs_with_an_unbounded_gate_activation(cell, backend):
     """f unbounded (Relu, Affine, LeakyRelu, ThresholdedRelu, Elu, Softplus): one step stays
     finite and equals onnxruntime; over 4 steps the state overflows float32 (inf, then inf - inf
-    = NaN): both backends give the same NaN/inf pattern and finite values (onnxruntime's pattern
+    = NaN): every backend gives xla's NaN/inf pattern and finite values (onnxruntime's pattern
     differs: it evaluates (1 - z)·h~ + z·h where jaxgru evaluates h~ + z·(h - h~))."""
     for acts in packed_activations(cell, UNBOUNDED, BOUNDED):
         cfg, case, c32 = huge_case(cell, acts, length=1)
         xla = run(case, cfg, "xla")
         want = expected(cfg, c32) if "Softplus" not in acts else xla
-        for i, (x, g, w) in enumerate(zip(xla, run(case, cfg, "wgsl"), want, strict=True)):
+        for i, (x, g, w) in enumerate(zip(xla, run(case, cfg, backend), want, strict=True)):
             assert np.isfinite(x).all(), (acts, i)
             assert_agree(x, w, "float32", f"one step, xla output {i} vs onnxruntime, {acts}")
-            assert_agree(g, x, "float32", f"one step, wgsl output {i} vs xla, {acts}")
+            assert_agree(g, x, "float32", f"one step, {backend} output {i} vs xla, {acts}")
         cfg, case, c32 = huge_case(cell, acts, length=4)
         xla = run(case, cfg, "xla")
         assert not np.isfinite(xla[0]).all(), acts  # it does overflow
-        for i, (x, g) in enumerate(zip(xla, run(case, cfg, "wgsl"), strict=True)):
-            assert_agree(g, x, "float32", f"4 steps, wgsl output {i} vs xla, {acts}")
+        for i, (x, g) in enumerate(zip(xla, run(case, cfg, backend), strict=True)):
+            assert_agree(g, x, "float32", f"4 steps, {backend} output {i} vs xla, {acts}")
 
 
-def test_softplus_is_overflow_free_unlike_onnxruntime():
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_softplus_is_overflow_free_unlike_onnxruntime(backend):
     """One GRU step from h0 = 0 with g = Softplus: h' = (1 - z)·softplus(a_h). jaxgru computes
     softplus without overflow (checked with numpy's logaddexp); onnxruntime's overflows."""
     cfg = Config(cell="gru", L=1, N=4, I=2, H=3, acts=("Sigmoid", "Softplus"), bias=False, seed=2)
@@ -263,14 +254,9 @@ def test_softplus_is_overflow_free_unlike_onnxruntime():
     with np.errstate(over="ignore"):  # exp(1e20): inf, so z = 0 exactly
         z = 1 / (1 + np.exp(-(x @ w[:3].T)))
     want = (1 - z) * np.logaddexp(0, x @ w[6:].T)  # r·h = 0: the reset gate does not matter
-    for backend in ("xla", "wgsl", "cpu"):
-        if backend == "wgsl":
-            wgsl_support.require_adapter()
-        if backend == "cpu" and not native.available():
-            continue
-        y, y_h = run(case, cfg, backend)
-        np.testing.assert_allclose(y[0, 0], want, rtol=1e-5)
-        np.testing.assert_allclose(y_h[0], want, rtol=1e-5)
+    y, y_h = run(case, cfg, backend)
+    np.testing.assert_allclose(y[0, 0], want, rtol=1e-5)
+    np.testing.assert_allclose(y_h[0], want, rtol=1e-5)
     assert not np.isfinite(ort_run(c32)[0]).all()  # the documented difference holds
 
 
@@ -313,7 +299,7 @@ def test_bug_wgsl_clamps_turned_nan_into_numbers(cell, clip, adapter):
     _special_inputs_agree_with_xla("wgsl", cell, clip)
 
 
-@NATIVE
+@pytest.mark.native
 @pytest.mark.parametrize("clip", [None, 2.0])
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_native_clamps_keep_nan_and_infinities(cell, clip):
@@ -368,18 +354,10 @@ def test_bug_wgsl_inf_input_poisoned_padding_lanes(adapter):
 # --------------------------------------------------------------------------------------
 # float16 overflow
 # --------------------------------------------------------------------------------------
-@pytest.mark.wgsl
-@pytest.mark.parametrize("no_shader_f16", [False, True])
-@pytest.mark.parametrize("cell", ["gru", "lstm"])
-def test_bug_wgsl_float16_overflow_warned_in_the_callback(cell, no_shader_f16, adapter, monkeypatch):
+def _float16_overflow(cell, backend):
     """float16 computes in float32 and rounds the outputs: values beyond 65504 become ±inf,
     exactly the float32 result cast to float16 (the state itself is carried in float32, so an
-    overflowing Y does not make the next step inf). Same on xla, wgsl with shader-f16 and wgsl
-    without it.
-    Was: the float32 -> float16 cast on the host (wgsl without shader-f16) warned
-    "overflow encountered in cast" from inside the callback (an error under -W error)."""
-    if no_shader_f16:
-        monkeypatch.setattr(runtime.runtime(), "has_f16", False)
+    overflowing Y does not make the next step inf). No warning escapes (-W error)."""
     per = len(DEFAULTS[cell])
     acts = ("Sigmoid", "Affine", "Affine")[:per]
     alpha = (3e4,) if cell == "gru" else (3e4, 1.0)  # g scales the state beyond float16's range
@@ -390,23 +368,36 @@ def test_bug_wgsl_float16_overflow_warned_in_the_callback(cell, no_shader_f16, a
     assert np.isinf(want[0]).any() and np.isfinite(want[0]).any()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for backend in ("xla", "wgsl"):
-            for i, (g, w) in enumerate(zip(run(case, cfg, backend), want, strict=True)):
-                assert_agree(g, w, "float16", f"{backend} output {i}")
+        for i, (g, w) in enumerate(zip(run(case, cfg, backend), want, strict=True)):
+            assert_agree(g, w, "float16", f"{backend} output {i}")
 
 
-def test_bfloat16_has_the_float32_range():
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_float16_overflow_is_the_float32_result_cast(cell, backend):
+    _float16_overflow(cell, backend)  # wgsl: with shader-f16 where the adapter has it
+
+
+@pytest.mark.wgsl
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_bug_wgsl_float16_overflow_warned_in_the_callback(cell, adapter, monkeypatch):
+    """wgsl without shader-f16 (the cast to float16 on the host) overflows as the others.
+    Was: the float32 -> float16 cast on the host warned "overflow encountered in cast" from
+    inside the callback (an error under -W error)."""
+    monkeypatch.setattr(runtime.runtime(), "has_f16", False)
+    _float16_overflow(cell, "wgsl")
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_bfloat16_has_the_float32_range(backend):
     """bfloat16 has float32's exponent: the values that overflow float16 stay finite."""
     cfg = Config(cell="gru", L=5, N=3, I=2, H=3, acts=("Sigmoid", "Affine"), alpha=(3e4,), beta=(0.0,),
                  dtype="bfloat16", seed=9)
     case, c32 = build_case(cfg)
     want = expected(cfg, c32)
     assert np.abs(want[0]).max() > 65504 and np.isfinite(want[0]).all()
-    for backend in ("xla", "wgsl"):
-        if backend == "wgsl":
-            wgsl_support.require_adapter()
-        for i, (g, w) in enumerate(zip(run(case, cfg, backend), want, strict=True)):
-            assert_agree(g, w, "bfloat16", f"{backend} output {i}")
+    for i, (g, w) in enumerate(zip(run(case, cfg, backend), want, strict=True)):
+        assert_agree(g, w, "bfloat16", f"{backend} output {i}")
 
 
 # --------------------------------------------------------------------------------------
@@ -415,7 +406,9 @@ def test_bfloat16_has_the_float32_range():
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_repeated_calls_are_bit_identical(backend, cell):
-    """Forward and gradients: jitted, eager, and (wgsl) on a freshly created device."""
+    """Forward and gradients, eager and jitted, each called again gives the same bits (eager: also
+    on a freshly created wgsl device). Eager and jitted agree to float32 rounding, not bit for bit:
+    XLA fuses the loss's elementwise ops (and, on xla, the step's) differently in the two."""
     cfg = Config(cell=cell, L=6, N=5, I=3, H=7, direction="bidirectional", lens=(6, 0, 3, 1, 6), h0=True,
                  peep=cell == "lstm", lbr=cell == "gru", seed=12)
     case, _ = build_case(cfg)
@@ -423,14 +416,19 @@ def test_repeated_calls_are_bit_identical(backend, cell):
     kw = case.kwargs(0)
     fwd = lambda p, x: fn(p, x, **kw, backend=backend)
     grad = jax.grad(lambda p, x: sum(jnp.sum(jnp.sin(o)) for o in fwd(p, x)), argnums=(0, 1))
-    first = [np.asarray(a) for a in jax.tree.leaves((fwd(case.params, case.x), grad(case.params, case.x)))]
     jfwd, jgrad = jax.jit(fwd), jax.jit(grad)
-    runs = [lambda: (jfwd(case.params, case.x), jgrad(case.params, case.x))] * 3
+    eager = lambda: (fwd(case.params, case.x), grad(case.params, case.x))
+    jitted = lambda: (jfwd(case.params, case.x), jgrad(case.params, case.x))
+    leaves = lambda outs: [np.asarray(a) for a in jax.tree.leaves(outs)]
+    first = {"eager": leaves(eager()), "jit": leaves(jitted())}
+    runs = [("jit", jitted)] * 3 + [("eager", eager)]
     if backend == "wgsl":
-        runs.append(lambda: (runtime.reset(), (fwd(case.params, case.x), grad(case.params, case.x)))[1])
-    for again in runs:
-        for a, b in zip(first, jax.tree.leaves(again()), strict=True):
-            np.testing.assert_array_equal(np.asarray(b), a)
+        runs.append(("eager", lambda: (runtime.reset(), eager())[1]))
+    for mode, again in runs:
+        for a, b in zip(first[mode], leaves(again()), strict=True):
+            np.testing.assert_array_equal(b, a, err_msg=mode)
+    for a, b in zip(first["eager"], first["jit"], strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
 
 
 # --------------------------------------------------------------------------------------

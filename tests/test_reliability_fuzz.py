@@ -23,7 +23,6 @@ import pytest
 import wgsl_support
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from native_build import NATIVE
 from oracles import Case, numpy_run, ort_run
 
 import jaxgru
@@ -293,7 +292,7 @@ def test_fuzz_wgsl_matches_xla_and_onnxruntime(adapter, cfg):
         assert_agree(g, x, cfg.dtype, f"wgsl output {i} vs xla, {cfg}")
 
 
-@NATIVE
+@pytest.mark.native
 @settings(max_examples=examples(30), **FUZZ)
 @given(cfg=configs())
 def test_fuzz_cpu_matches_xla_and_onnxruntime(cfg):
@@ -317,7 +316,7 @@ def test_fuzz_gradients_agree_across_backends(adapter, cfg):
     _assert_gradients_match_xla(cfg, "wgsl")
 
 
-@NATIVE
+@pytest.mark.native
 @settings(max_examples=examples(8), **FUZZ)
 @given(cfg=configs(dtypes=("float32",), min_length=1))
 def test_fuzz_cpu_gradients_match_xla(cfg):
@@ -348,7 +347,7 @@ def _assert_gradients_match_xla(cfg, backend: str) -> None:
         assert_agree(g, w, "float32", f"gradient, {cfg}")
 
 
-@NATIVE
+@pytest.mark.native
 @settings(max_examples=examples(8), **FUZZ)
 @given(cfg=configs())
 def test_fuzz_cpu_jvp_matches_xla(cfg):

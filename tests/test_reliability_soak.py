@@ -22,7 +22,7 @@ import jax
 import numpy as np
 import pytest
 import wgsl_support
-from native_build import NATIVE
+from backend_cases import BACKENDS
 from test_reliability_fuzz import Config, assert_agree, build_case, expected_from_ort
 from test_wgsl_backend import _rss_mib
 
@@ -50,20 +50,6 @@ SHAPES = [
 
 def _slow_requested(config) -> bool:
     return os.environ.get("JAXGRU_SLOW") == "1" or "slow" in (config.getoption("-m") or "")
-
-
-@pytest.fixture
-def backend(request):
-    if request.param == "wgsl":
-        wgsl_support.require_adapter()
-    return request.param
-
-
-BACKENDS = [
-    "xla",
-    pytest.param("cpu", marks=NATIVE),
-    pytest.param("wgsl", marks=pytest.mark.wgsl),
-]
 
 
 class Soak:
