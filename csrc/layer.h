@@ -192,6 +192,7 @@ struct Kernels {
   int rows_step[2][2];     // [cell][phase] rows per recurrence tile (GRU lbr=0 has 2 phases)
   int rows_bwd;            // rows per backward matmul tile (of bwd_blocks 16-unit blocks)
   int bwd_blocks;          // blocks per tile of the backward's dH = dG . R, 1 or 2 (Layer::rt_blocks)
+  int group_tiles;         // full step tiles a row group of the inference forward holds at least
   // Run unit `unit` of phase (kind, arg) of direction d, row group `group`. `rows` is the
   // tile's row count.
   void (*run)(const Layer& layer, int d, int kind, int64_t arg, int64_t group, int64_t unit, int rows);

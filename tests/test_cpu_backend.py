@@ -392,11 +392,12 @@ GROUP_CASES = [("gru", {"linear_before_reset": 0}), ("gru", {"linear_before_rese
 @pytest.mark.parametrize(("direction", "threads"), [("forward", "2"), ("bidirectional", "4")])
 def test_row_groups_match_xla(monkeypatch, cell, opts, direction, threads):
     """Rows split into one group per thread (each group's steps on their own, csrc plan_threads):
-    17 rows make groups of 8 and 9 rows and uneven tiles in them, the lengths include 0 and differ
-    within a group; the forward, grad and jvp equal xla's, and the calls did run grouped."""
+    25 rows make groups of 12 and 13 rows (two full tiles each: AVX2's inference forward groups
+    no fewer) and uneven tiles in them, the lengths include 0 and differ within a group; the
+    forward, grad and jvp equal xla's, and the calls did run grouped."""
     monkeypatch.setenv(native.THREADS_ENV, threads)
-    lens = [6, 1, 0, 3, 6, 2, 5, 6, 1, 3, 6, 0, 2, 4, 6, 6, 5]
-    case = random_case(np.random.default_rng(21), cell, L=6, N=17, I=5, H=40, direction=direction,
+    lens = [6, 1, 0, 3, 6, 2, 5, 6, 1, 3, 6, 0, 2, 4, 6, 6, 5, 4, 0, 6, 2, 3, 5, 1, 6]
+    case = random_case(np.random.default_rng(21), cell, L=6, N=25, I=5, H=40, direction=direction,
                        h0=True, lens=lens, **opts)
     fn = jaxgru.gru if cell == "gru" else jaxgru.lstm
     kw = case.kwargs(0)
@@ -412,6 +413,30 @@ def test_row_groups_match_xla(monkeypatch, cell, opts, direction, threads):
     chex.assert_trees_all_close(grad("cpu"), grad("xla"), atol=5e-5, rtol=1e-4)
     _check_jvp(case, atol=5e-5, rtol=1e-4)
     assert mod.grouped_calls() - before >= 4  # forward, forward + backward (grad), tangent
+
+
+def test_avx2_inference_groups_hold_two_full_tiles(monkeypatch):
+    """AVX2, 16 rows on 2 threads: groups of 8 rows would hold one full 6-row tile, so the
+    inference forward runs one group whose threads meet per step; the forward with residuals and
+    the backward (grad) split the rows into 2 groups. Results equal xla's either way."""
+    mod, _ = native._module()
+    if mod.isa(native.ISAS.index("avx2")) != "avx2":
+        pytest.skip("this processor has no AVX2")
+    monkeypatch.setenv(native.ISA_ENV, "avx2")
+    monkeypatch.setenv(native.THREADS_ENV, "2")
+    case = random_case(np.random.default_rng(4), "lstm", L=5, N=16, I=5, H=40, h0=True, c0=True)
+    jax.clear_caches()  # the ISA and threads are read when a call is lowered
+    before = mod.grouped_calls()
+    _check(case, ort=False)
+    assert mod.grouped_calls() == before
+    kw = case.kwargs(0)
+
+    def grad(backend):
+        f = lambda p, x: jnp.sum(jnp.sin(jaxgru.lstm(p, x, **kw, backend=backend)[0]))
+        return jax.jit(jax.grad(f, argnums=(0, 1)))(case.params, case.x)
+
+    chex.assert_trees_all_close(grad("cpu"), grad("xla"), atol=5e-5, rtol=1e-4)
+    assert mod.grouped_calls() - before == 2  # the forward with residuals, the backward
 
 
 @pytest.mark.parametrize("wrong", [None, "gy", "dgh", "y", "res", "sums", "dr"])
