@@ -352,6 +352,14 @@ def test_ended_rows_drop_out_of_the_products(cell, opts, order):
     _check_jvp(case, atol=5e-5, rtol=1e-4)
 
 
+def _grad_y(case, backend):
+    """jit(grad) of sum(sin(Y)) in the weights and x, on `backend` (the case's options, layout 0)."""
+    fn = jaxgru.gru if case.cell == "gru" else jaxgru.lstm
+    kw = case.kwargs(0)
+    f = lambda p, x: jnp.sum(jnp.sin(fn(p, x, **kw, backend=backend)[0]))
+    return jax.jit(jax.grad(f, argnums=(0, 1)))(case.params, case.x)
+
+
 @pytest.mark.parametrize(("cell", "opts"), [("gru", {"linear_before_reset": 1}), ("lstm", {"peep": True})])
 @pytest.mark.parametrize(("H", "N", "isa"), [(150, 13, "best"), (700, 13, "best"), (700, 96, "best"),
                                              (700, 96, "avx2")])
@@ -370,17 +378,10 @@ def test_gradients_match_xla_at_many_blocks_and_uneven_row_tiles(monkeypatch, ce
     lens[:2] = [0, 4]
     case = random_case(np.random.default_rng(15), cell, L=4, N=N, I=5, H=H, direction="bidirectional",
                        h0=True, lens=lens.tolist(), scale=0.5 * min(1.0, (150 / H) ** 0.5), **opts)
-    fn = jaxgru.gru if cell == "gru" else jaxgru.lstm
-    kw = case.kwargs(0)
     mod, _ = native._module()
     before = mod.split_products()
-
-    def grad(backend):
-        f = lambda p, x: jnp.sum(jnp.sin(fn(p, x, **kw, backend=backend)[0]))
-        return jax.jit(jax.grad(f, argnums=(0, 1)))(case.params, case.x)
-
     jax.clear_caches()  # the ISA is read when a call is lowered
-    chex.assert_trees_all_close(grad("cpu"), grad("xla"), atol=1e-4, rtol=1e-4)
+    chex.assert_trees_all_close(_grad_y(case, "cpu"), _grad_y(case, "xla"), atol=1e-4, rtol=1e-4)
     assert (mod.split_products() > before) == (N == 96)
 
 
@@ -399,18 +400,11 @@ def test_row_groups_match_xla(monkeypatch, cell, opts, direction, threads):
     lens = [6, 1, 0, 3, 6, 2, 5, 6, 1, 3, 6, 0, 2, 4, 6, 6, 5, 4, 0, 6, 2, 3, 5, 1, 6]
     case = random_case(np.random.default_rng(21), cell, L=6, N=25, I=5, H=40, direction=direction,
                        h0=True, lens=lens, **opts)
-    fn = jaxgru.gru if cell == "gru" else jaxgru.lstm
-    kw = case.kwargs(0)
     mod, _ = native._module()
     before = mod.grouped_calls()
     jax.clear_caches()  # the threads are read when a call is lowered
     _check(case, ort=False)
-
-    def grad(backend):
-        f = lambda p, x: jnp.sum(jnp.sin(fn(p, x, **kw, backend=backend)[0]))
-        return jax.jit(jax.grad(f, argnums=(0, 1)))(case.params, case.x)
-
-    chex.assert_trees_all_close(grad("cpu"), grad("xla"), atol=5e-5, rtol=1e-4)
+    chex.assert_trees_all_close(_grad_y(case, "cpu"), _grad_y(case, "xla"), atol=5e-5, rtol=1e-4)
     _check_jvp(case, atol=5e-5, rtol=1e-4)
     assert mod.grouped_calls() - before >= 4  # forward, forward + backward (grad), tangent
 
@@ -429,13 +423,7 @@ def test_avx2_inference_groups_hold_two_full_tiles(monkeypatch):
     before = mod.grouped_calls()
     _check(case, ort=False)
     assert mod.grouped_calls() == before
-    kw = case.kwargs(0)
-
-    def grad(backend):
-        f = lambda p, x: jnp.sum(jnp.sin(jaxgru.lstm(p, x, **kw, backend=backend)[0]))
-        return jax.jit(jax.grad(f, argnums=(0, 1)))(case.params, case.x)
-
-    chex.assert_trees_all_close(grad("cpu"), grad("xla"), atol=5e-5, rtol=1e-4)
+    chex.assert_trees_all_close(_grad_y(case, "cpu"), _grad_y(case, "xla"), atol=5e-5, rtol=1e-4)
     assert mod.grouped_calls() - before == 2  # the forward with residuals, the backward
 
 
