@@ -4,6 +4,10 @@ processes spinning on the cores (``--busy K`` starts K of them for the run).
 
     python benchmarks/cpu_threads.py [--repeats 31] [--busy 0] [--only N=1]
 
+Forward cases also run onnxruntime on one thread ("onnxruntime one thread"), so that a deficit
+against onnxruntime splits into one core's work (one thread against one thread) and how the
+threads share it (each one's default over its one thread: the speed-up).
+
 A step of these cases is 25-600 kFLOP: a few microseconds, so the threads of a call meet
 thousands of times per call, and a thread that loses its core while holding a unit stalls the
 others (csrc/jaxgru_cpu.cc). The busy run measures what that costs: with the stall bounded,
@@ -31,7 +35,8 @@ CASES = [Case("gru", "forward", 100, 1, 256, 256), Case("lstm", "forward", 100, 
          Case("gru", "forward", 1000, 1, 64, 64), Case("lstm", "forward", 1000, 1, 64, 64),
          Case("gru", "forward", 100, 16, 128, 128), Case("lstm", "forward", 100, 16, 128, 128),
          Case("lstm", "forward", 100, 16, 128, 128, ragged=True), Case("lstm", "forward", 1000, 16, 64, 64),
-         Case("lstm", "train", 100, 16, 128, 128)]
+         Case("lstm", "forward", 100, 64, 128, 128), Case("lstm", "train", 100, 16, 128, 128)]
+ORT_ONE = "onnxruntime one thread"
 
 
 def main(argv=None) -> int:
@@ -47,18 +52,26 @@ def main(argv=None) -> int:
             data = make_data(case)
             fns = {"default": jaxgru_cpu_with(case, data, native.THREADS_ENV, None),
                    "one thread": jaxgru_cpu_with(case, data, native.THREADS_ENV, "1")}
-            for peer in ((OnnxRuntimePeer(),) if case.mode == "forward" else ()) + (TorchPeer("cpu"),):
+            others = [("torch", TorchPeer("cpu"))]
+            if case.mode == "forward":
+                others += [("onnxruntime", OnnxRuntimePeer()), (ORT_ONE, OnnxRuntimePeer(threads=1))]
+            for name, peer in others:
                 fn = peer.build(case, data)
                 fn()
-                fns[peer.name] = fn
+                fns[name] = fn
             med = {k: v * 1e3 for k, v in interleaved_medians(fns, args.repeats).items()}
             best = min(v for k, v in med.items() if k in ("onnxruntime", "torch"))
             row = {"case": case.name, "median_ms": med, "default_vs_one": med["default"] / med["one thread"],
                    "default_vs_best": med["default"] / best, "one_vs_best": med["one thread"] / best}
+            line = f"default/one {row['default_vs_one']:.2f} default/best {row['default_vs_best']:.2f}"
+            if ORT_ONE in med:  # one core's work, and each one's speed-up from its threads
+                row["one_vs_ort_one"] = med["one thread"] / med[ORT_ONE]
+                row["ort_default_vs_one"] = med["onnxruntime"] / med[ORT_ONE]
+                line += (f" | one thread/onnxruntime one thread {row['one_vs_ort_one']:.2f}, speed-ups "
+                         f"{1 / row['default_vs_one']:.2f} and {1 / row['ort_default_vs_one']:.2f}")
             rows.append(row)
             cells = " ".join(f"{k}={v:.3f}" for k, v in med.items())
-            print(f"{case.name}: {cells} | default/one {row['default_vs_one']:.2f} "
-                  f"default/best {row['default_vs_best']:.2f}", flush=True)
+            print(f"{case.name}: {cells} | {line}", flush=True)
     finally:
         for h in hogs:
             h.kill()

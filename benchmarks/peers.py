@@ -133,6 +133,10 @@ class OnnxRuntimePeer(Peer):
     name = "onnxruntime"
     requires = "onnxruntime"
 
+    def __init__(self, threads: int | None = None):
+        """threads: its intra-op threads (None: THREADS, as every peer)."""
+        self.threads = threads
+
     def build(self, case, data):
         if case.mode != "forward":
             raise Unsupported("inference only")
@@ -155,7 +159,7 @@ class OnnxRuntimePeer(Peer):
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
         model.ir_version = 10
         options = ort.SessionOptions()
-        options.intra_op_num_threads = THREADS
+        options.intra_op_num_threads = self.threads or THREADS
         # its pool spins during a run and, by default, after it too (one core busy for 50 ms and
         # more, measured here), which would slow whatever is timed next
         options.add_session_config_entry("session.force_spinning_stop", "1")
