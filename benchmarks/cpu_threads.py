@@ -4,7 +4,7 @@ processes spinning on the cores (``--busy K`` starts K of them for the run).
 
     python benchmarks/cpu_threads.py [--repeats 31] [--busy 0] [--only N=1]
 
-Forward cases also run onnxruntime on one thread ("onnxruntime one thread"), so that a deficit
+Forward cases also run onnxruntime on one thread ("onnxruntime-1-thread"), so that a deficit
 against onnxruntime splits into one core's work (one thread against one thread) and how the
 threads share it (each one's default over its one thread: the speed-up).
 
@@ -36,7 +36,7 @@ CASES = [Case("gru", "forward", 100, 1, 256, 256), Case("lstm", "forward", 100, 
          Case("gru", "forward", 100, 16, 128, 128), Case("lstm", "forward", 100, 16, 128, 128),
          Case("lstm", "forward", 100, 16, 128, 128, ragged=True), Case("lstm", "forward", 1000, 16, 64, 64),
          Case("lstm", "forward", 100, 64, 128, 128), Case("lstm", "train", 100, 16, 128, 128)]
-ORT_ONE = "onnxruntime one thread"
+ORT_ONE = OnnxRuntimePeer(threads=1).name
 
 
 def main(argv=None) -> int:
@@ -52,13 +52,13 @@ def main(argv=None) -> int:
             data = make_data(case)
             fns = {"default": jaxgru_cpu_with(case, data, native.THREADS_ENV, None),
                    "one thread": jaxgru_cpu_with(case, data, native.THREADS_ENV, "1")}
-            others = [("torch", TorchPeer("cpu"))]
+            others = [TorchPeer("cpu")]
             if case.mode == "forward":
-                others += [("onnxruntime", OnnxRuntimePeer()), (ORT_ONE, OnnxRuntimePeer(threads=1))]
-            for name, peer in others:
+                others += [OnnxRuntimePeer(), OnnxRuntimePeer(threads=1)]
+            for peer in others:
                 fn = peer.build(case, data)
                 fn()
-                fns[name] = fn
+                fns[peer.name] = fn
             med = {k: v * 1e3 for k, v in interleaved_medians(fns, args.repeats).items()}
             best = min(v for k, v in med.items() if k in ("onnxruntime", "torch"))
             row = {"case": case.name, "median_ms": med, "default_vs_one": med["default"] / med["one thread"],

@@ -130,12 +130,12 @@ def jaxgru_cpu_with(case: Case, data: dict, var: str, value: str | None):
 # onnxruntime (inference only)
 # --------------------------------------------------------------------------------------
 class OnnxRuntimePeer(Peer):
-    name = "onnxruntime"
     requires = "onnxruntime"
 
     def __init__(self, threads: int | None = None):
-        """threads: its intra-op threads (None: THREADS, as every peer)."""
+        """threads: its intra-op threads (None: THREADS, as every peer; named by it otherwise)."""
         self.threads = threads
+        self.name = "onnxruntime" if threads is None else f"onnxruntime-{threads}-thread"
 
     def build(self, case, data):
         if case.mode != "forward":
