@@ -136,9 +136,13 @@ def _build_native(args: argparse.Namespace) -> int:
         print("python -m jaxgru build-native needs a source checkout (CMakeLists.txt) and cmake on PATH; "
               f"looked in {root}.", file=sys.stderr)
         return 2
-    build = root / "build-native"
+    build = pathlib.Path(args.build_dir) if args.build_dir else root / "build-native"
+    # an extension left by an earlier build would be copied as this one's where this configure
+    # builds none (a compiler that cannot build the kernels: CMakeLists.txt then skips the target)
+    for old in build.glob("_jaxgru_cpu*"):
+        old.unlink()
     configure = [cmake, "-S", str(root), "-B", str(build), f"-DPython_EXECUTABLE={sys.executable}",
-                 "-DCMAKE_BUILD_TYPE=Release"]
+                 "-DCMAKE_BUILD_TYPE=Release", *(f"-D{d}" for d in args.define)]
     for cmd in (configure, [cmake, "--build", str(build), "-j", str(args.jobs)]):
         if subprocess.run(cmd, check=False).returncode != 0:
             print(f"python -m jaxgru build-native: {' '.join(cmd)} failed.", file=sys.stderr)
@@ -242,6 +246,9 @@ def _add_build_native(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "`pip install` builds it by itself.",
     )
     p.add_argument("--jobs", type=_positive, default=2, help="parallel compile jobs")
+    p.add_argument("--build-dir", default="", help="CMake's build folder (default: build-native/ of the checkout)")
+    p.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
+                   help="a CMake cache entry for the configure (repeatable)")
     p.set_defaults(fn=_build_native)
 
 

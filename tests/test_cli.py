@@ -119,3 +119,17 @@ def test_a_compiler_that_cannot_build_the_kernels_leaves_jaxgru_pure_python(tmp_
     good = configure(tmp_path / "good")
     assert good.returncode == 0 and "cannot compile" not in good.stderr, good.stderr
     assert "_jaxgru_cpu" in (tmp_path / "good" / "Makefile").read_text()
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not on PATH")
+def test_build_native_does_not_pass_off_an_earlier_build_as_this_one(tmp_path):
+    """Where this configure builds no extension (the kernels' check fails), an extension left in
+    the build folder by an earlier build is removed, not copied into jaxgru/ as if just built."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    stale = tmp_path / "_jaxgru_cpu.stale-build.so"
+    stale.write_bytes(b"an earlier build")
+    out = _run("build-native", "--build-dir", str(tmp_path), "--define",
+               "JAXGRU_KERNELS_CHECK_DEFINITIONS=-Dinline=broken")
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "no extension was built" in out.stderr and "built " not in out.stdout
+    assert not stale.exists() and not (root / "jaxgru" / stale.name).exists()
