@@ -137,9 +137,10 @@ def _build_native(args: argparse.Namespace) -> int:
               f"looked in {root}.", file=sys.stderr)
         return 2
     build = pathlib.Path(args.build_dir) if args.build_dir else root / "build-native"
+    extension = "_jaxgru_cpu*"  # what the build makes (CMakeLists.txt's target, with its suffix)
     # an extension left by an earlier build would be copied as this one's where this configure
     # builds none (a compiler that cannot build the kernels: CMakeLists.txt then skips the target)
-    for old in build.glob("_jaxgru_cpu*"):
+    for old in build.glob(extension):
         old.unlink()
     configure = [cmake, "-S", str(root), "-B", str(build), f"-DPython_EXECUTABLE={sys.executable}",
                  "-DCMAKE_BUILD_TYPE=Release", *(f"-D{d}" for d in args.define)]
@@ -147,7 +148,7 @@ def _build_native(args: argparse.Namespace) -> int:
         if subprocess.run(cmd, check=False).returncode != 0:
             print(f"python -m jaxgru build-native: {' '.join(cmd)} failed.", file=sys.stderr)
             return 1
-    built = sorted(build.glob("_jaxgru_cpu*"))
+    built = sorted(build.glob(extension))
     if not built:
         print("python -m jaxgru build-native: no extension was built (no C++ compiler?).", file=sys.stderr)
         return 1

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
 
 def _run(*args, timeout=300):
     return subprocess.run([sys.executable, "-m", "jaxgru", *args], capture_output=True, text=True,
@@ -107,9 +109,8 @@ def test_a_compiler_that_cannot_build_the_kernels_leaves_jaxgru_pure_python(tmp_
     """CMakeLists.txt compiles the portable kernels first: where that fails (here forced by a
     definition that breaks them, standing in for a compiler without C++17 or the vector
     extensions) the configure still succeeds, without the extension, and says why."""
-    root = pathlib.Path(__file__).resolve().parents[1]
     configure = lambda build, *extra: subprocess.run(
-        ["cmake", "-G", "Unix Makefiles", "-S", str(root), "-B", str(build), f"-DPython_EXECUTABLE={sys.executable}",
+        ["cmake", "-G", "Unix Makefiles", "-S", str(ROOT), "-B", str(build), f"-DPython_EXECUTABLE={sys.executable}",
          *extra],
         capture_output=True, text=True, timeout=300, check=False)
     broken = configure(tmp_path / "broken", "-DJAXGRU_KERNELS_CHECK_DEFINITIONS=-Dinline=broken")
@@ -125,11 +126,10 @@ def test_a_compiler_that_cannot_build_the_kernels_leaves_jaxgru_pure_python(tmp_
 def test_build_native_does_not_pass_off_an_earlier_build_as_this_one(tmp_path):
     """Where this configure builds no extension (the kernels' check fails), an extension left in
     the build folder by an earlier build is removed, not copied into jaxgru/ as if just built."""
-    root = pathlib.Path(__file__).resolve().parents[1]
     stale = tmp_path / "_jaxgru_cpu.stale-build.so"
     stale.write_bytes(b"an earlier build")
     out = _run("build-native", "--build-dir", str(tmp_path), "--define",
                "JAXGRU_KERNELS_CHECK_DEFINITIONS=-Dinline=broken")
     assert out.returncode == 1, out.stderr[-2000:]
-    assert "no extension was built" in out.stderr and f"built {root / 'jaxgru'}" not in out.stdout
-    assert not stale.exists() and not (root / "jaxgru" / stale.name).exists()
+    assert "no extension was built" in out.stderr and f"built {ROOT / 'jaxgru'}" not in out.stdout
+    assert not stale.exists() and not (ROOT / "jaxgru" / stale.name).exists()
