@@ -172,6 +172,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _cmake_define(text: str) -> str:
+    name, equals, _ = text.partition("=")
+    if not (name and equals):
+        raise argparse.ArgumentTypeError(f"must be NAME=VALUE (a CMake cache entry); got {text!r}")
+    return text
+
+
 # One function per subcommand: it adds its parser and sets ``fn``, the function that runs it.
 def _add_info(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("info", help="versions, JAX devices, WebGPU adapters, the native CPU lowering, "
@@ -248,7 +255,7 @@ def _add_build_native(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("--jobs", type=_positive, default=2, help="parallel compile jobs")
     p.add_argument("--build-dir", default="", help="CMake's build folder (default: build-native/ of the checkout)")
-    p.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
+    p.add_argument("--define", action="append", default=[], metavar="NAME=VALUE", type=_cmake_define,
                    help="a CMake cache entry for the configure (repeatable)")
     p.set_defaults(fn=_build_native)
 

@@ -133,3 +133,10 @@ def test_build_native_does_not_pass_off_an_earlier_build_as_this_one(tmp_path):
     assert out.returncode == 1, out.stderr[-2000:]
     assert "no extension was built" in out.stderr and f"built {ROOT / 'jaxgru'}" not in out.stdout
     assert not stale.exists() and not (ROOT / "jaxgru" / stale.name).exists()
+
+
+@pytest.mark.parametrize("bad", ["NOVALUE", "=1"])
+def test_build_native_rejects_a_define_that_is_not_name_equals_value(bad):
+    out = _run("build-native", "--define", bad)
+    assert out.returncode == 2
+    assert "argument --define: must be NAME=VALUE" in out.stderr and repr(bad) in out.stderr
