@@ -21,39 +21,46 @@ using namespace jaxgru_cpu::avx2;
 
 namespace {
 
+// The least wall seconds of `runs` calls of body().
+template <class F>
+double best_seconds(int runs, F body) {
+  double best = 1e9;
+  for (int t = 0; t < runs; ++t) {
+    const auto t0 = std::chrono::steady_clock::now();
+    body();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s < best) best = s;
+  }
+  return best;
+}
+
 template <int R, int G>
 double rate(int64_t K, int64_t ldp, int reps) {
   std::vector<float> panel(K * ldp + 64, 0.5f), rows(8 * K, 0.25f);
   const float* a[8];
   for (int r = 0; r < 8; ++r) a[r] = rows.data() + r * K;
   alignas(64) vf out[32];
-  double best = 1e9;
-  for (int t = 0; t < 7; ++t) {
-    const auto t0 = std::chrono::steady_clock::now();
+  const double best = best_seconds(7, [&] {
     for (int i = 0; i < reps; ++i) {
       tile<R, G>(a, K, panel.data(), ldp, kBlock, out, G);
       asm volatile("" ::: "memory");  // every call's results count
     }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s < best) best = s;
-  }
+  });
   return 2.0 * R * G * kBlock * K * reps / best / 1e9;
 }
 
 // Prints the GFLOP/s of two 8-lane FMAs per cycle at the clock that a chain of dependent FMAs shows.
 void print_fma_peak() {
-  constexpr long kChain = 50000000;
-  double best = 1e9;
-  for (int t = 0; t < 5; ++t) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (long i = 0; i < kChain; ++i)
+  constexpr long kPasses = 50000000;
+  constexpr int kFmasPerPass = 2;      // the asm below
+  constexpr double kFmaCycles = 4.0;   // an FMA's latency (Zen 3 and 4, Intel since Skylake)
+  constexpr double kFlopPerCycle = 2 * kLanes * 2;  // two FMA pipes x 8 lanes x (multiply, add)
+  const double best = best_seconds(5, [] {
+    for (long i = 0; i < kPasses; ++i)
       asm volatile("vfmadd231ps %%ymm1, %%ymm2, %%ymm0\n\tvfmadd231ps %%ymm1, %%ymm2, %%ymm0" ::: "xmm0");
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s < best) best = s;
-  }
-  const double ghz = 4.0 * 2 * kChain / best / 1e9;
-  std::printf("dependent FMA: %.3f ns, so ~%.2f GHz; FMA peak %.1f GFLOP/s\n", best / (2 * kChain) * 1e9, ghz,
-              32.0 * ghz);
+  });
+  const double ns = best / (kFmasPerPass * kPasses) * 1e9, ghz = kFmaCycles / ns;
+  std::printf("dependent FMA: %.3f ns, so ~%.2f GHz; FMA peak %.1f GFLOP/s\n", ns, ghz, kFlopPerCycle * ghz);
 }
 
 }  // namespace
