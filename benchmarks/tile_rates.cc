@@ -10,14 +10,22 @@
 // accumulators that compute the same values. Build and run from the repository root:
 //   g++ -O3 -std=c++17 -mavx2 -mfma -Wno-psabi -Wno-attributes -o /tmp/tile_rates benchmarks/tile_rates.cc
 //   /tmp/tile_rates
+// Built with -mavx512f -mavx512dq instead, it times the AVX-512 kernels' tiles (the LSTM's R x 4
+// and the GRU's R x 3 blocks, and those of the backward) against the same peak, which is a Zen 4
+// core's (each 512-bit FMA runs as two 256-bit halves); a Zen 5 core's is twice that.
+#if defined(__AVX512F__)
+#include "../csrc/kernels_avx512.cc"
+using namespace jaxgru_cpu::avx512;
+#else
 #include "../csrc/kernels_avx2.cc"
+using namespace jaxgru_cpu::avx2;
+#endif
 
 #include <chrono>
 #include <cstdio>
 #include <vector>
 
 using namespace jaxgru_cpu;
-using namespace jaxgru_cpu::avx2;
 
 namespace {
 
@@ -54,7 +62,7 @@ void print_fma_peak() {
   constexpr long kPasses = 50000000;
   constexpr int kFmasPerPass = 2;      // the asm below
   constexpr double kFmaCycles = 4.0;   // an FMA's latency (Zen 3 and 4, Intel since Skylake)
-  constexpr double kFlopPerCycle = 2 * kLanes * 2;  // two FMA pipes x 8 lanes x (multiply, add)
+  constexpr double kFlopPerCycle = 2 * 8 * 2;  // two FMA pipes x 8 lanes x (multiply, add)
   const double best = best_seconds(5, [] {
     for (long i = 0; i < kPasses; ++i)
       asm volatile("vfmadd231ps %%ymm1, %%ymm2, %%ymm0\n\tvfmadd231ps %%ymm1, %%ymm2, %%ymm0" ::: "xmm0");
@@ -67,6 +75,15 @@ void print_fma_peak() {
 
 int main() {
   print_fma_peak();
+#if defined(__AVX512F__)
+  std::printf("K     6x4    5x4    4x4    6x3    7x3    8x3    8x2    8x1\n");
+  for (int64_t K : {128, 256, 512, 1024}) {
+    const int reps = static_cast<int>(2000000 / K);
+    std::printf("%-4ld %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f\n", static_cast<long>(K), rate<6, 4>(K, 64, reps),
+                rate<5, 4>(K, 64, reps), rate<4, 4>(K, 64, reps), rate<6, 3>(K, 48, reps), rate<7, 3>(K, 48, reps),
+                rate<8, 3>(K, 48, reps), rate<8, 2>(K, 64, reps), rate<8, 1>(K, 64, reps));
+  }
+#else
   std::printf("K     3x2    2x3    2x2    4x1    5x1    6x1\n");
   for (int64_t K : {128, 256, 512}) {
     const int reps = static_cast<int>(2000000 / K);
@@ -74,4 +91,5 @@ int main() {
                 rate<2, 3>(K, 48, reps), rate<2, 2>(K, 64, reps), rate<4, 1>(K, 64, reps), rate<5, 1>(K, 64, reps),
                 rate<6, 1>(K, 64, reps));
   }
+#endif
 }
