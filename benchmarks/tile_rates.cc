@@ -42,8 +42,11 @@ double best_seconds(int runs, F body) {
   return best;
 }
 
+// GFLOP/s of tile<R, G>. Its panel rows hold 4 gates (the R x 1 and R x 2 tiles read one or two
+// of them), or 3 for the GRU's R x 3.
 template <int R, int G>
-double rate(int64_t K, int64_t ldp, int reps) {
+double rate(int64_t K, int reps) {
+  const int64_t ldp = kBlock * (G == 3 ? 3 : 4);
   std::vector<float> panel(K * ldp + 64, 0.5f), rows(8 * K, 0.25f);
   const float* a[8];
   for (int r = 0; r < 8; ++r) a[r] = rows.data() + r * K;
@@ -71,25 +74,35 @@ void print_fma_peak() {
   std::printf("dependent FMA: %.3f ns, so ~%.2f GHz; FMA peak %.1f GFLOP/s\n", ns, ghz, kFlopPerCycle * ghz);
 }
 
+// A tile shape to time.
+struct Shape {
+  int rows, gates;
+  double (*rate)(int64_t K, int reps);
+};
+template <int R, int G>
+constexpr Shape shape() { return {R, G, rate<R, G>}; }
+
+// The shapes the kernels use and the others tried, and the reductions K, per instruction set.
+#if defined(__AVX512F__)
+constexpr Shape kShapes[] = {shape<6, 4>(), shape<5, 4>(), shape<4, 4>(), shape<6, 3>(),
+                             shape<7, 3>(), shape<8, 3>(), shape<8, 2>(), shape<8, 1>()};
+constexpr int64_t kReductions[] = {128, 256, 512, 1024};
+#else
+constexpr Shape kShapes[] = {shape<3, 2>(), shape<2, 3>(), shape<2, 2>(), shape<4, 1>(), shape<5, 1>(), shape<6, 1>()};
+constexpr int64_t kReductions[] = {128, 256, 512};
+#endif
+
 }  // namespace
 
 int main() {
   print_fma_peak();
-#if defined(__AVX512F__)
-  std::printf("K     6x4    5x4    4x4    6x3    7x3    8x3    8x2    8x1\n");
-  for (int64_t K : {128, 256, 512, 1024}) {
+  std::printf("K   ");
+  for (const Shape& t : kShapes) std::printf("    %dx%d", t.rows, t.gates);
+  std::printf("\n");
+  for (int64_t K : kReductions) {
     const int reps = static_cast<int>(2000000 / K);
-    std::printf("%-4ld %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f\n", static_cast<long>(K), rate<6, 4>(K, 64, reps),
-                rate<5, 4>(K, 64, reps), rate<4, 4>(K, 64, reps), rate<6, 3>(K, 48, reps), rate<7, 3>(K, 48, reps),
-                rate<8, 3>(K, 48, reps), rate<8, 2>(K, 64, reps), rate<8, 1>(K, 64, reps));
+    std::printf("%-4ld", static_cast<long>(K));
+    for (const Shape& t : kShapes) std::printf(" %6.1f", t.rate(K, reps));
+    std::printf("\n");
   }
-#else
-  std::printf("K     3x2    2x3    2x2    4x1    5x1    6x1\n");
-  for (int64_t K : {128, 256, 512}) {
-    const int reps = static_cast<int>(2000000 / K);
-    std::printf("%-4ld %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f\n", static_cast<long>(K), rate<3, 2>(K, 64, reps),
-                rate<2, 3>(K, 48, reps), rate<2, 2>(K, 64, reps), rate<4, 1>(K, 64, reps), rate<5, 1>(K, 64, reps),
-                rate<6, 1>(K, 64, reps));
-  }
-#endif
 }
