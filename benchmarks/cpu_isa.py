@@ -1,7 +1,7 @@
 """The native CPU lowering's kernels of each instruction set against the xla lowering, wall time,
 in one process: the evidence behind ``backend="auto"``'s choice (native.AUTO_ISAS).
 
-    python benchmarks/cpu_isa.py [--only lstm] [--repeats 9] [--isas avx512,avx2,generic]
+    python benchmarks/cpu_isa.py [--only lstm] [--repeats 9] [--isas avx512,avx2,generic] [--out PATH]
 
 Each ISA's kernels run on this machine capped by ``JAXGRU_CPU_ISA`` (read at lowering), so one
 machine times them all; the xla lowering is jaxgru-xla, with the suite's cases (cases.FULL) and
@@ -32,6 +32,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="cases whose name contains this text")
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--isas", default="avx512,avx2,generic", help="the ISAs to time, where this CPU runs them")
+    ap.add_argument("--out", default=None, help="write the JSON here instead of benchmarks/results/")
     args = ap.parse_args(argv)
     if not native.available():
         raise SystemExit("the native CPU extension is not built")
@@ -58,7 +59,7 @@ def main(argv=None) -> int:
                             "faster_cases": sum(r < 1.0 for r in rs), "cases": len(rs)}
             s = summary[isa]
             print(f"{isa}: geo-mean {s['geo_mean_vs_xla']:.2f}x xla, faster on {s['faster_cases']} of {s['cases']}")
-    save("cpu_isa", {"isas": isas, "rows": rows, "summary": summary})
+    save("cpu_isa", {"isas": isas, "rows": rows, "summary": summary}, path=args.out)
     return 0
 
 

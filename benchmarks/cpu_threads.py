@@ -2,7 +2,7 @@
 thread (``JAXGRU_CPU_THREADS=1``), onnxruntime and PyTorch, on a quiet machine and with other
 processes spinning on the cores (``--busy K`` starts K of them for the run).
 
-    python benchmarks/cpu_threads.py [--repeats 31] [--busy 0] [--only N=1]
+    python benchmarks/cpu_threads.py [--repeats 31] [--busy 0] [--only N=1] [--caps 2,4,8] [--out PATH]
 
 Forward cases also run onnxruntime on one thread ("onnxruntime-1-thread"), so that a deficit
 against onnxruntime splits into one core's work (one thread against one thread) and how the
@@ -44,7 +44,10 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=31)
     ap.add_argument("--busy", type=int, default=0, help="processes spinning on the cores during the run")
     ap.add_argument("--only", default="", help="cases whose name contains this text")
+    ap.add_argument("--caps", default="", help="more JAXGRU_CPU_THREADS caps to time beside one thread, e.g. 2,4,8")
+    ap.add_argument("--out", default=None, help="write the JSON here instead of benchmarks/results/")
     args = ap.parse_args(argv)
+    caps = [int(c) for c in args.caps.split(",") if c]
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     rows = []
     try:
@@ -52,6 +55,7 @@ def main(argv=None) -> int:
             data = make_data(case)
             fns = {"default": jaxgru_cpu_with(case, data, native.THREADS_ENV, None),
                    "one thread": jaxgru_cpu_with(case, data, native.THREADS_ENV, "1")}
+            fns.update({f"{c} threads": jaxgru_cpu_with(case, data, native.THREADS_ENV, str(c)) for c in caps})
             others = [TorchPeer("cpu")]
             if case.mode == "forward":
                 others += [OnnxRuntimePeer(), OnnxRuntimePeer(threads=1)]
@@ -75,7 +79,7 @@ def main(argv=None) -> int:
     finally:
         for h in hogs:
             h.kill()
-    save("cpu_threads_busy" if args.busy else "cpu_threads", {"busy": args.busy, "rows": rows})
+    save("cpu_threads_busy" if args.busy else "cpu_threads", {"busy": args.busy, "rows": rows}, path=args.out)
     return 0
 
 

@@ -112,6 +112,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     path = pathlib.Path(argv[0]) if argv else ROOT / "benchmarks" / "results" / "bench_full.json"
     data = json.loads(path.read_text())
+    if data.get("partial"):  # run.py saves its rows after every case; a stopped run has no summary
+        raise SystemExit(f"{path} holds a run stopped after {len(data['rows'])} cases: run the suite to its end")
     notes = NOTES.read_text() if NOTES.exists() else ""
     marker = "<!-- tables -->"
     body = tables(data) + "\n\n![jaxgru and its peers](img/performance.png)\n"

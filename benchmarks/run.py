@@ -9,8 +9,9 @@ for the same number of rounds (each round starting one peer later, so that no pe
 right after the same one) and the medians are compared; the native lowering's ratio to the
 best compared peer is also taken round by round, with a bootstrap interval
 (``_timing.paired_ratio``). Writes
-benchmarks/results/bench_{quick,full}.json; ``benchmarks/report.py`` turns the full results
-into docs/performance.md and its plot.
+benchmarks/results/bench_{quick,full}.json, after every case (marked ``partial`` until the last, so
+that a run stopped at a time limit keeps what it measured); ``benchmarks/report.py`` turns the
+full results into docs/performance.md and its plot.
 """
 
 from __future__ import annotations
@@ -208,12 +209,16 @@ def main(argv=None) -> int:
     print(f"sgemm peak {limits['sgemm_gflops']['peak']:.0f} GFLOP/s (XLA {limits['sgemm_gflops']['xla']:.0f}, "
           f"numpy {limits['sgemm_gflops']['numpy']:.0f}); memory bandwidth {limits['bandwidth_gbs']:.1f} GB/s")
     rows = []
+    names = [p.name for p in peers]
+    name = "bench_full" if args.full else "bench_quick"
     bar = tqdm(cases, unit="case", dynamic_ncols=True)
     for case in bar:
         bar.set_description(case.name[:40])
         rows.append(run_case(case, peers, repeats, budget, args.sample_ms / 1e3))
+        # the rows so far, so that a run stopped part-way (a time limit) keeps what it measured
+        save(name, {"limits": limits, "peers": names, "sample_ms": args.sample_ms, "rows": rows,
+                    "partial": True}, path=args.out)
     summary = summarise(rows, limits)
-    names = [p.name for p in peers]
     print(table(rows, names))
     for mode, s in summary.items():
         if s["cases"]:
@@ -221,7 +226,7 @@ def main(argv=None) -> int:
                                             for k, v in s.items()))
     payload = {"limits": limits, "peers": names, "sample_ms": args.sample_ms, "rows": rows, "summary": summary,
                "wall_s": time.perf_counter() - t0}
-    path = save("bench_full" if args.full else "bench_quick", payload, path=args.out)
+    path = save(name, payload, path=args.out)
     print(f"wrote {path} in {time.perf_counter() - t0:.0f}s")
     return 0
 
