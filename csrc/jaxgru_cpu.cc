@@ -120,6 +120,7 @@ struct Call {
   std::unique_ptr<Claim[]> claims[kMaxChains];  // [phase][range]: set up by execute, once ranges are known
   int ranges[kMaxChains] = {};
   std::unique_ptr<float[]> scratch;  // not zeroed: every buffer is initialised or written before it is read
+  std::vector<int64_t> row_tables;    // Layer::row_tables
   std::atomic<bool> finished{false};
   std::atomic<int> active{0};
   // bumped when a phase completes or a task ends; sleepers wait for it to change (wait.h)
@@ -498,6 +499,20 @@ void prepare(Call& c) {
     if (ly.tangent) plan_tangent(c, ch);
     else if (ly.backward) plan_backward(c, ch);
     else plan_phases(c, ch);
+  }
+  // the row tiles of the tile heights the phases use, tabled (Layer::table_rows)
+  bool used[Layer::kTabledRows + 1] = {};
+  for (int ch = 0; ch < c.chains; ++ch)
+    for (const Phase& ph : c.phases[ch]) used[ph.rows >= 1 && ph.rows <= Layer::kTabledRows ? ph.rows : 0] = true;
+  int64_t size = 0;
+  for (int r = 1; r <= Layer::kTabledRows; ++r) size += used[r] ? ly.row_table_size(r) : 0;
+  c.row_tables.assign(size, 0);
+  int64_t at = 0;
+  for (int r = 1; r <= Layer::kTabledRows; ++r) {
+    if (!used[r]) continue;
+    const int64_t n = ly.row_table_size(r);
+    ly.table_rows(r, c.row_tables.data() + at);
+    at += n;
   }
 }
 
