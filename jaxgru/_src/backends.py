@@ -1,10 +1,13 @@
 """Backend choice: which lowering a call uses, and the report behind ``jaxgru.backend_info()``.
 
-``backend="auto"`` picks ``wgsl`` only when JAX's default device is the CPU and a hardware GPU
-adapter exists (a software adapter such as lavapipe is 20-40x slower than XLA on the same
-CPU); otherwise, on the CPU, ``cpu`` (the native FFI kernels, native.py) where the extension is
-built, else ``xla``; float64 always stays on ``xla`` (``backend="cpu"`` with float64 runs the
-``xla`` lowering: the native kernels are float32). The environment variable ``JAXGRU_BACKEND``
+``backend="auto"`` on JAX's CPU platform picks ``cpu`` (the native FFI kernels, native.py) where
+the extension is built with fast kernels (AVX2 or AVX-512), whether or not a GPU is present: on
+an NVIDIA H200 and its 16-core host the ``wgsl`` backend took 4.8x the native lowering's time in
+the forward and 34x in a training step (geo-means over the benchmark suite, slower in all 45
+cases; docs/wgsl.md). Without it, ``wgsl`` where a hardware GPU adapter exists (a software
+adapter such as lavapipe is 20-40x slower than XLA on the same CPU), else ``xla``. float64 always
+stays on ``xla`` (``backend="cpu"`` with float64 runs the ``xla`` lowering: the native kernels
+are float32). The environment variable ``JAXGRU_BACKEND``
 (``xla``, ``wgsl`` or ``cpu``) replaces the automatic choice; an explicit ``backend=`` argument
 always wins.
 
@@ -12,10 +15,11 @@ Two moments decide: at trace time :func:`configure` resolves the call's backend 
 ``RNNConfig`` (``backend``) and records whether the choice was automatic (``auto``); at lowering
 time :func:`lowered` picks what the lowering emits: an automatic choice lowers as ``xla`` under
 ``jax.export`` (so an exported artifact is the same on every machine), an explicit ``wgsl``
-refuses to be exported, and ``cpu`` exports as ``xla`` (an FFI call is not portable). On
-Linux, ``auto`` asks wgpu for adapters (0.3-0.9 s: it loads the Vulkan drivers) only where a
-GPU device node exists (:func:`gpu_device_node`): without one only a software adapter could
-answer, and ``auto`` would not pick it.
+refuses to be exported, and ``cpu`` exports as ``xla`` (an FFI call is not portable). ``auto``
+asks wgpu for adapters (0.3-0.9 s: it loads the Vulkan drivers) only where it would pick a
+hardware GPU's: not where the native lowering runs, and on Linux only where a GPU device node
+exists (:func:`gpu_device_node`): without one only a software adapter could answer, and ``auto``
+would not pick it.
 """
 
 from __future__ import annotations
@@ -88,12 +92,11 @@ ENV_CHOICES = ("xla", "wgsl", "cpu")
 
 
 def _on_cpu(why: str) -> tuple[str, str]:
-    """The CPU lowering ``auto`` picks when no hardware GPU adapter is: native where built and
-    fast (native.auto_choice)."""
+    """The lowering ``auto`` picks on the CPU where the native one does not run and no hardware GPU
+    adapter is: xla."""
     from jaxgru._src import native
 
-    use, because = native.auto_choice()
-    return ("cpu" if use else "xla"), f"{why}; {because}"
+    return "xla", f"{why}; {native.auto_choice()[1]}"
 
 
 def automatic() -> tuple[str, str]:
@@ -106,6 +109,11 @@ def automatic() -> tuple[str, str]:
     platform = jax.default_backend()
     if platform != "cpu":
         return "xla", f"JAX's default device is a {platform} device: XLA runs there"
+    from jaxgru._src import native
+
+    use, because = native.auto_choice()
+    if use:  # ahead of wgsl on a GPU too (the module docstring): no adapter probe
+        return "cpu", f"JAX runs on the CPU and {because}"
     if gpu_device_node() is None:
         # no hardware GPU can be reached: only a software adapter could exist, which auto never
         # picks, so skip the adapter probe (it loads every Vulkan/GL driver: 0.3-0.9 s)
