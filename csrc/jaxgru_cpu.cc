@@ -527,12 +527,18 @@ void prepare(Call& c) {
 // the threads never meet per step nor read the hidden state another core wrote. Each core then
 // reads all of R instead of its blocks' part: at LSTM H = 1024 (16 MiB) the forward ran 1.14x
 // slower that way, at H = 64-128 and N = 16 0.85-0.92x of the time of threads meeting per step
-// (benchmarks/cpu_native_ab.py --wall). With AVX2 the inference forward (no residuals) groups
-// rows only where each group holds two full tiles (Kernels::group_tiles): at N = 16, two groups
-// of two 4-row tiles (8 accumulators, barely the FMAs' latency x throughput) ran slower than one
-// group of 6 + 5 + 5 rows shared per step (the N = 16 forwards 0.94-0.96x the time, the LSTM at
-// L = 1000 0.90-0.96x; three A/Bs). The forward with residuals keeps one tile: a training step
-// at L = 1000, N = 16 took 1.14-1.20x the time with two (not understood).
+// (benchmarks/cpu_native_ab.py --wall). The inference forward (no residuals) groups rows only
+// where each group holds two full tiles (Kernels::group_tiles), unless that leaves threads
+// without a block to take: with AVX2 at N = 16, two groups of two 4-row tiles (8 accumulators,
+// barely the FMAs' latency x throughput) ran slower than one group of 6 + 5 + 5 rows shared per
+// step (the N = 16 forwards 0.94-0.96x the time, the LSTM at L = 1000 0.90-0.96x; three A/Bs);
+// with AVX-512 (Zen 4), against two groups of 4 + 4 rows, the N = 16 forwards took 0.94-1.00x
+// (geo-mean ~0.98, nine A/Bs, 21 rounds each). On 16 cores one group would have left threads
+// idle at N = 16 (8 blocks at H = 128, 4 at H = 64), where 8 threads took 1.07x the time of 16
+// (LSTM H = 128) and 4 threads 1.35x (H = 64, L = 1000; a Xeon, benchmarks/gpu/cpu16.sh); where
+// the blocks do outnumber many threads (H >= 256), one group is what 2 cores measured, unmeasured
+// with more. The forward with residuals keeps one tile:
+// a training step at L = 1000, N = 16 took 1.14-1.20x the time with two (not understood).
 constexpr int64_t kGroupR = 512 << 10;
 // Batch 1 reads R's rows instead of packing it for sequences shorter than this (run_layer):
 // at L = 1-4 rows were 0.6-0.9x of panels' time, at 16 even, at 100-1000 1.3-1.5x.
@@ -551,6 +557,8 @@ void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
   const bool inference = !ly.backward && !ly.tangent && !ly.res;
   const int64_t group_rows = ly.dr ? std::max<int64_t>(tile, kDrRows) : inference ? c.k->group_tiles * tile : tile;
   ly.groups = small_r ? std::max<int64_t>(1, std::min<int64_t>(threads / ly.D, ly.N / group_rows)) : 1;
+  if (inference && small_r && group_rows > tile && ly.nb * ly.D * ly.groups < threads)  // idle threads
+    ly.groups = std::max<int64_t>(1, std::min<int64_t>(threads / ly.D, ly.N / tile));
   c.threads = static_cast<int>(std::min<int64_t>(threads, ly.nb * ly.D * ly.groups));
   c.chains = static_cast<int>(ly.D * ly.groups);
   if (ly.groups > 1) grouped_calls.fetch_add(1, std::memory_order_relaxed);

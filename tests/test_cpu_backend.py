@@ -409,14 +409,16 @@ def test_row_groups_match_xla(monkeypatch, cell, opts, direction, threads):
     assert mod.grouped_calls() - before >= 4  # forward, forward + backward (grad), tangent
 
 
-def test_avx2_inference_groups_hold_two_full_tiles(monkeypatch):
-    """AVX2, 16 rows on 2 threads: groups of 8 rows would hold one full 6-row tile, so the
-    inference forward runs one group whose threads meet per step; the forward with residuals and
-    the backward (grad) split the rows into 2 groups. Results equal xla's either way."""
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_inference_groups_hold_two_full_tiles(monkeypatch, isa):
+    """16 rows on 2 threads (AVX2 and AVX-512: 6-row LSTM tiles): groups of 8 rows would hold one
+    full tile, so the inference forward runs one group whose threads meet per step; the forward
+    with residuals and the backward (grad) split the rows into 2 groups. Results equal xla's
+    either way."""
     mod, _ = native._module()
-    if mod.isa(native.ISAS.index("avx2")) != "avx2":
-        pytest.skip("this processor has no AVX2")
-    monkeypatch.setenv(native.ISA_ENV, "avx2")
+    if mod.isa(native.ISAS.index(isa)) != isa:
+        pytest.skip(f"this processor has no {isa}")
+    monkeypatch.setenv(native.ISA_ENV, isa)
     monkeypatch.setenv(native.THREADS_ENV, "2")
     case = random_case(np.random.default_rng(4), "lstm", L=5, N=16, I=5, H=40, h0=True, c0=True)
     jax.clear_caches()  # the ISA and threads are read when a call is lowered
@@ -425,6 +427,21 @@ def test_avx2_inference_groups_hold_two_full_tiles(monkeypatch):
     assert mod.grouped_calls() == before
     chex.assert_trees_all_close(_grad_y(case, "cpu"), _grad_y(case, "xla"), atol=5e-5, rtol=1e-4)
     assert mod.grouped_calls() - before == 2  # the forward with residuals, the backward
+
+
+def test_inference_groups_of_one_tile_where_two_would_leave_threads_idle(monkeypatch):
+    """16 rows, H = 16 (one block of units) on 4 threads: one group of two full tiles would give
+    the threads one block to share, so the inference forward splits the rows into groups of one
+    tile instead (here 2, each a thread's own); ragged lengths with 0 and an initial state; the
+    output equals xla's and the call ran grouped."""
+    monkeypatch.setenv(native.THREADS_ENV, "4")
+    lens = [5, 0, 3, 5, 1, 5, 2, 4, 5, 5, 0, 1, 3, 5, 2, 4]
+    case = random_case(np.random.default_rng(8), "lstm", L=5, N=16, I=5, H=16, h0=True, c0=True, lens=lens)
+    mod, _ = native._module()
+    jax.clear_caches()  # the threads are read when a call is lowered
+    before = mod.grouped_calls()
+    _check(case, ort=False)
+    assert mod.grouped_calls() > before
 
 
 @pytest.mark.parametrize("wrong", [None, "gy", "dgh", "y", "res", "sums", "dr"])
