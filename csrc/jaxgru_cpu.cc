@@ -504,16 +504,11 @@ void prepare(Call& c) {
   bool used[Layer::kTabledRows + 1] = {};
   for (int ch = 0; ch < c.chains; ++ch)
     for (const Phase& ph : c.phases[ch]) used[ph.rows >= 1 && ph.rows <= Layer::kTabledRows ? ph.rows : 0] = true;
-  int64_t size = 0;
-  for (int r = 1; r <= Layer::kTabledRows; ++r) size += used[r] ? ly.row_table_size(r) : 0;
-  c.row_tables.assign(size, 0);
-  int64_t at = 0;
-  for (int r = 1; r <= Layer::kTabledRows; ++r) {
-    if (!used[r]) continue;
-    const int64_t n = ly.row_table_size(r);
-    ly.table_rows(r, c.row_tables.data() + at);
-    at += n;
-  }
+  int64_t at[Layer::kTabledRows + 2] = {};  // each height's offset in c.row_tables
+  for (int r = 1; r <= Layer::kTabledRows; ++r) at[r + 1] = at[r] + (used[r] ? ly.row_table_size(r) : 0);
+  c.row_tables.assign(at[Layer::kTabledRows + 1], 0);
+  for (int r = 1; r <= Layer::kTabledRows; ++r)
+    if (used[r]) ly.table_rows(r, c.row_tables.data() + at[r]);
 }
 
 // The call's threads and row groups. Threads: XLA's intra-op pool size (or the caller's cap),
@@ -556,9 +551,13 @@ void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
   const bool small_r = 4 * ly.G * ly.H * ly.H <= kGroupR;
   const bool inference = !ly.backward && !ly.tangent && !ly.res;
   const int64_t group_rows = ly.dr ? std::max<int64_t>(tile, kDrRows) : inference ? c.k->group_tiles * tile : tile;
-  ly.groups = small_r ? std::max<int64_t>(1, std::min<int64_t>(threads / ly.D, ly.N / group_rows)) : 1;
+  // a group per thread of a direction, each of at least `rows` rows
+  auto groups_of = [&](int64_t rows) {
+    return std::max<int64_t>(1, std::min<int64_t>(threads / ly.D, ly.N / rows));
+  };
+  ly.groups = small_r ? groups_of(group_rows) : 1;
   if (inference && small_r && group_rows > tile && ly.nb * ly.D * ly.groups < threads)  // idle threads
-    ly.groups = std::max<int64_t>(1, std::min<int64_t>(threads / ly.D, ly.N / tile));
+    ly.groups = groups_of(tile);
   c.threads = static_cast<int>(std::min<int64_t>(threads, ly.nb * ly.D * ly.groups));
   c.chains = static_cast<int>(ly.D * ly.groups);
   if (ly.groups > 1) grouped_calls.fetch_add(1, std::memory_order_relaxed);

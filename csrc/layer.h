@@ -181,7 +181,8 @@ struct Layer {
     const int64_t tpg = tiles_per_group(rows);
     out[0] = tpg;
     for (int64_t g = 0; g < groups; ++g) out[1 + g] = tiles_in_group(g, rows);
-    for (int64_t rt = 0; rt < groups * tpg; ++rt) tile_rows(rt, rows, out + 1 + groups + 2 * rt, out + 2 + groups + 2 * rt);
+    for (int64_t rt = 0; rt < groups * tpg; ++rt)
+      tile_rows(rt, rows, out + 1 + groups + 2 * rt, out + 2 + groups + 2 * rt);
     row_tables[rows] = out;
   }
   // backward: the row tiles of its elementwise phase, and unit (rt, j)'s G + 1 sums (Dir::dsum)

@@ -10,13 +10,12 @@ Reads gpu_bench.json and gpu_cpu16_bench.json (benchmarks/gpu/run.sh), partial r
 from __future__ import annotations
 
 import json
-import math
 import pathlib
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # benchmarks/
 
-def _geo(xs: list[float]) -> float:
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+from _timing import geo
 
 
 def _table(path: pathlib.Path, ratios: dict[str, tuple[str, tuple[str, ...]]]) -> None:
@@ -46,7 +45,7 @@ def _table(path: pathlib.Path, ratios: dict[str, tuple[str, tuple[str, ...]]]) -
             sel = [x for m, x in xs if m == mode]
             if sel:
                 over = sum(x > 1 for x in sel)
-                print(f"  {r} {mode}: geo-mean {_geo(sel):.2f} over {len(sel)} cases, {over} over 1.0")
+                print(f"  {r} {mode}: geo-mean {geo(sel):.2f} over {len(sel)} cases, {over} over 1.0")
 
 
 def main() -> None:

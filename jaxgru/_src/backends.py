@@ -91,14 +91,6 @@ def gpu_device_node() -> str | None:
 ENV_CHOICES = ("xla", "wgsl", "cpu")
 
 
-def _on_cpu(why: str) -> tuple[str, str]:
-    """The lowering ``auto`` picks on the CPU where the native one does not run and no hardware GPU
-    adapter is: xla."""
-    from jaxgru._src import native
-
-    return "xla", f"{why}; {native.auto_choice()[1]}"
-
-
 def automatic() -> tuple[str, str]:
     """The backend ``"auto"`` resolves to, and why."""
     env = os.environ.get(ENV, "").strip().lower()
@@ -114,18 +106,22 @@ def automatic() -> tuple[str, str]:
     use, because = native.auto_choice()
     if use:  # ahead of wgsl on a GPU too (the module docstring): no adapter probe
         return "cpu", f"JAX runs on the CPU and {because}"
+
+    def on_xla(why: str) -> tuple[str, str]:  # neither the native lowering nor a hardware GPU
+        return "xla", f"{why}; {because}"
+
     if gpu_device_node() is None:
         # no hardware GPU can be reached: only a software adapter could exist, which auto never
         # picks, so skip the adapter probe (it loads every Vulkan/GL driver: 0.3-0.9 s)
-        return _on_cpu("no GPU device node (" + ", ".join(GPU_DEVICE_NODES[:5]) + ", ...): "
-                       "only a software WebGPU adapter could exist here")
+        return on_xla("no GPU device node (" + ", ".join(GPU_DEVICE_NODES[:5]) + ", ...): "
+                      "only a software WebGPU adapter could exist here")
     status = adapter_status()
     if not status["available"]:
-        return _on_cpu("no WebGPU adapter found")
+        return on_xla("no WebGPU adapter found")
     adapter = status["adapter"]
     name = f"{adapter['name']} ({adapter['adapter_type']}, {adapter['backend_type']})"
     if adapter["adapter_type"] not in HARDWARE_ADAPTERS:
-        return _on_cpu(f"the WebGPU adapter {name} is not a hardware GPU")
+        return on_xla(f"the WebGPU adapter {name} is not a hardware GPU")
     return "wgsl", f"JAX runs on the CPU and {name} is a hardware GPU"
 
 
