@@ -4,7 +4,7 @@ thread each, process CPU seconds, medians) with onnxruntime and PyTorch, the ord
 builds and peers rotated every round.
 
     python benchmarks/cpu_native_ab.py before=/tmp/old/_jaxgru_cpu.so after=jaxgru/_jaxgru_cpu*.so \
-        [--only N=1] [--repeats 9] [--L 1] [--wall] [--shuffle-lengths]
+        [--only N=1] [--case lstm,forward,100,1,1024,1024] [--repeats 9] [--L 1] [--wall] [--shuffle-lengths]
 
 Each build's FFI targets are registered under ``NAME_<target>``; jaxgru-cpu is lowered once per
 build with native.TARGETS / BACKWARD_TARGETS pointing at that build's names. ``--L`` overrides
@@ -36,7 +36,7 @@ import jax
 import numpy as np
 import peers
 from _timing import interleaved_medians, warm_seconds
-from cases import FULL
+from cases import FULL, Case
 from cpu_native import FORWARD, TRAIN
 from peers import JaxgruPeer, OnnxRuntimePeer, TorchPeer, Unsupported, make_data
 from run import SAMPLE_MS, calls_per_sample
@@ -64,6 +64,8 @@ def main(argv=None) -> int:
     ap.add_argument("--L", type=int, default=0, help="override the sequence length")
     ap.add_argument("--wall", action="store_true", help="default threads, wall time")
     ap.add_argument("--full", action="store_true", help="the suite's cases (cases.FULL)")
+    ap.add_argument("--case", action="append", default=[], metavar="CELL,MODE,L,N,I,H",
+                    help="a case of its own instead (repeatable), e.g. lstm,forward,100,1,1024,1024")
     ap.add_argument("--shuffle-lengths", action="store_true",
                     help="ragged cases: the suite's lengths in a random order instead of decreasing")
     args = ap.parse_args(argv)
@@ -76,7 +78,8 @@ def main(argv=None) -> int:
     if not native.available():
         raise SystemExit("the native CPU extension of this checkout is not built")
     targets, backward = dict(native.TARGETS), dict(native.BACKWARD_TARGETS)
-    for case in [c for c in (FULL if args.full else FORWARD + TRAIN) if args.only in c.name]:
+    own = [Case(c, m, *map(int, dims)) for c, m, *dims in (spec.split(",") for spec in args.case)]
+    for case in [c for c in (own or (FULL if args.full else FORWARD + TRAIN)) if args.only in c.name]:
         if args.L:
             case = dataclasses.replace(case, L=args.L)
         data = make_data(case)

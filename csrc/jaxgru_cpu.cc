@@ -119,7 +119,7 @@ struct Call {
   std::unique_ptr<PhaseSync[]> sync[kMaxChains];
   std::unique_ptr<Claim[]> claims[kMaxChains];  // [phase][range]: set up by execute, once ranges are known
   int ranges[kMaxChains] = {};
-  std::unique_ptr<float[]> scratch;  // not zeroed: every buffer is initialised or written before it is read
+  Scratch scratch;  // not zeroed: every buffer is initialised or written before it is read
   std::vector<int64_t> row_tables;    // Layer::row_tables
   std::atomic<bool> finished{false};
   std::atomic<int> active{0};
@@ -486,8 +486,7 @@ void prepare(Call& c) {
   int64_t total = 0;
   Layer probe = ly;
   for (int d = 0; d < ly.D; ++d) total += layout_dir(probe, probe.dir[d], nullptr);
-  c.scratch.reset(new float[total + 16]);
-  float* base = c.scratch.get();
+  float* base = c.scratch.reset(static_cast<size_t>(total) + 16);
   base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t(63));
   for (int d = 0; d < ly.D; ++d) {
     base += layout_dir(ly, ly.dir[d], base);
@@ -973,12 +972,17 @@ PyObject* split_products(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(jaxgru_cpu::split_products.load(std::memory_order_relaxed));
 }
 
+PyObject* scratch_reuses(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(jaxgru_cpu::ScratchPool::get().reuses.load(std::memory_order_relaxed));
+}
+
 PyMethodDef methods[] = {
     {"registrations", registrations, METH_NOARGS, "FFI target name -> PyCapsule of its handler."},
     {"isa", isa, METH_O, "The kernels used for a requested ISA (0 best, 1 avx512, 2 avx2, 3 generic)."},
     {"late_exits", late_exits, METH_NOARGS, "Threads that left a call after holding up a phase, so far."},
     {"grouped_calls", grouped_calls, METH_NOARGS, "Calls that ran their rows in more than one group, so far."},
     {"split_products", split_products, METH_NOARGS, "Backward calls whose dH = dG . R ran in parts, so far."},
+    {"scratch_reuses", scratch_reuses, METH_NOARGS, "Calls whose scratch was a block an earlier call gave back, so far."},
     {"dr_min_rows", dr_min_rows, METH_NOARGS, "The smallest batch (and row group) whose backward computes dR."},
     {nullptr, nullptr, 0, nullptr}};
 

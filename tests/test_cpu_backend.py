@@ -4,6 +4,7 @@ autodiff, vmap, jit, concurrent calls, the backend choice and the fallbacks."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -534,6 +535,26 @@ def test_vmap_over_inputs_and_over_weights():
     stacked = jax.tree.map(lambda *a: jnp.stack(a), params, jaxgru.init_gru(jax.random.key(2), 3, 5))
     g = lambda backend: jax.vmap(lambda p: jaxgru.gru(p, xs[0], backend=backend))
     chex.assert_trees_all_close(g("cpu")(stacked), g("xla")(stacked), atol=2e-6)
+
+
+def test_scratch_is_kept_between_calls_and_initialised_by_each():
+    """A call's scratch (packed weights, projections, states) is a block an earlier call gave back
+    (csrc/memory.h ScratchPool; of the smallest that fit, the one given back last), not cleared:
+    after a call of the same shapes whose every input is NaN (its scratch left full of NaN), the
+    call and its gradient equal xla's, for both cells, ragged, with initial states; and the calls
+    did take kept blocks."""
+    mod, _ = native._module()
+    before = mod.scratch_reuses()
+    for cell, seed in (("gru", 1), ("lstm", 2)):
+        case = random_case(np.random.default_rng(seed), cell, L=7, N=5, I=6, H=20, direction="bidirectional",
+                           h0=True, c0=cell == "lstm", lens=[7, 0, 3, 7, 1])
+        nan = dataclasses.replace(case, **{k: getattr(case, k) * np.nan for k in ("x", "w", "r", "b", "h0", "c0")
+                                           if getattr(case, k) is not None})
+        assert np.isnan(_outs(nan, backend="cpu")[0][:, :, 0]).all()  # row 0 runs all 7 steps
+        _check(case, ort=False)
+        assert np.isnan(_outs(nan, backend="cpu")[1]).all()
+        chex.assert_trees_all_close(_grad_y(case, "cpu"), _grad_y(case, "xla"), atol=5e-5, rtol=1e-4)
+    assert mod.scratch_reuses() - before >= 8  # each cell: 2 NaN calls, the forward, the grad's two
 
 
 def test_concurrent_calls_from_eight_threads():
