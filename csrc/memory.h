@@ -112,7 +112,6 @@ class Scratch {
     n_ = block.second;
     return p_.get();
   }
-  float* get() const { return p_.get(); }
 
  private:
   void release() {
