@@ -92,6 +92,7 @@ struct Phase {
   int rows;       // rows per tile
   int64_t units;  // nb * nrt
   int64_t late_us;  // a wait this long marks the phase late
+  bool reverse = false;  // its ranges' units run last to first (Planner::add)
 };
 
 // Phase (kind, arg) over `rows_total` rows in tiles of `rows`. A unit's time is bounded from
@@ -228,7 +229,8 @@ bool do_phase(Call& c, int ch, size_t p, int own, int me) {
       if (u >= hi) break;
       const int64_t end = std::min(hi, u + take);
       c.slots[me].in_unit.store(true, std::memory_order_release);
-      for (; u < end; ++u, ++finished) c.k->run(c.ly, d, ph.kind, ph.arg, group, u, ph.rows);
+      for (; u < end; ++u, ++finished)
+        c.k->run(c.ly, d, ph.kind, ph.arg, group, ph.reverse ? lo + hi - 1 - u : u, ph.rows);
       c.slots[me].in_unit.store(false, std::memory_order_relaxed);
       if (s.late.load(std::memory_order_relaxed)) {  // it held the others up
         report();
@@ -374,9 +376,18 @@ struct Planner {
   void pack(int kind) {
     if (group == 0) add(kind, 0, 1, 1);
   }
+  // Where a step's phase reads each of R's panels once (its rows fit one tile: batch 1),
+  // consecutive such phases run their units in opposite orders, so a step starts on the panels
+  // the step before read last, still in the core's L1/L2: at batch 1 a step streams R from L2
+  // (64 KiB at LSTM H = 64). One thread, batch 1: 0.93-1.00x the time (the suite's 12 cases);
+  // at N = 16-64, where a tile's rows share each panel load, 0.98-1.06x, so they keep one order.
   void add(int kind, int64_t arg, int64_t rows_total, int tile) {
-    c.phases[ch].push_back(make_phase(c.ly, kind, arg, rows_total, tile));
+    Phase ph = make_phase(c.ly, kind, arg, rows_total, tile);
+    const bool streams_r = kind == kStep || kind == kStepB || kind == kBwdMat || kind == kTanStep || kind == kTanStepB;
+    if (streams_r && rows_total <= tile) ph.reverse = flip[kind] = !flip[kind];
+    c.phases[ch].push_back(ph);
   }
+  bool flip[kTanStepB + 1] = {};
 };
 
 void plan_phases(Call& c, int ch) {
@@ -511,9 +522,17 @@ void prepare(Call& c) {
 }
 
 // The call's threads and row groups. Threads: XLA's intra-op pool size (or the caller's cap),
-// fewer where a step is too small to share: threads that share a step meet at its end
-// (~0.1-0.3 us), so keep >= 16 kFLOP (~0.2 us) per thread and step. At batch 1 a second thread
-// also halves the part of R each core streams (LSTM H = 256: 1 MiB, more than one core's L2).
+// fewer where a step is too small to share. A thread takes >= 16 kFLOP (~0.2 us) of a step. And
+// the threads that share a row group's step meet at its end, a meeting that costs more the more
+// threads meet (each adds to the phase's count and reads the state rows the others wrote): with
+// a group's step of work W split T ways and a meeting of ~m*T, the step takes W/T + m*T, least
+// at T = sqrt(W/m); so T*T*8 kFLOP <= W (kThreadFlops). On two cores the first bound decides
+// (both allow two threads from 32 kFLOP on); on a 16-core Xeon the second takes batch 1 at
+// H = 256 from 16 threads to 8 (LSTM) or 6 (GRU): 0.75-0.97x the time, forward and training, in
+// two runs (benchmarks/gpu/cpu16_ab.sh). Groups of rows meet only within a group, so the GRU
+// at N = 16, H = 64 keeps its two groups of 4 threads (6 threads in all took 1.18x the time). At
+// batch 1 a second thread also halves the part of R each core streams (LSTM H = 256: 1 MiB,
+// more than one core's L2).
 // A thread that loses its core costs one stall (the header comment), so this holds on a busy
 // machine too. JAXGRU_CPU_THREADS (`cap`) asks for that many, at most one per block of 16 units
 // and row group. Row groups: where each thread of a direction can have a group of at least one
@@ -534,6 +553,7 @@ void prepare(Call& c) {
 // with more. The forward with residuals keeps one tile:
 // a training step at L = 1000, N = 16 took 1.14-1.20x the time with two (not understood).
 constexpr int64_t kGroupR = 512 << 10;
+constexpr int64_t kThreadFlops = 8192;  // T threads share a group's step of at least T*T times this
 // Batch 1 reads R's rows instead of packing it for sequences shorter than this (run_layer):
 // at L = 1-4 rows were 0.6-0.9x of panels' time, at 16 even, at 100-1000 1.3-1.5x.
 constexpr int64_t kRowsMaxSteps = 16;
@@ -557,6 +577,12 @@ void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
   ly.groups = small_r ? groups_of(group_rows) : 1;
   if (inference && small_r && group_rows > tile && ly.nb * ly.D * ly.groups < threads)  // idle threads
     ly.groups = groups_of(tile);
+  if (cap <= 0) {  // the threads that meet per step of a group, from its step's work
+    const int64_t group_flops = 2 * ly.group_rows_max() * ly.G * ly.H * ly.H;
+    int64_t meet = 1;
+    while ((meet + 1) * (meet + 1) * kThreadFlops <= group_flops) ++meet;
+    threads = std::min<int64_t>(threads, meet * ly.D * ly.groups);
+  }
   c.threads = static_cast<int>(std::min<int64_t>(threads, ly.nb * ly.D * ly.groups));
   c.chains = static_cast<int>(ly.D * ly.groups);
   if (ly.groups > 1) grouped_calls.fetch_add(1, std::memory_order_relaxed);
