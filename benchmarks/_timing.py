@@ -7,6 +7,7 @@ import math
 import os
 import pathlib
 import platform
+import random
 import statistics
 import threading
 import time
@@ -93,10 +94,10 @@ def interleaved_medians(
     repeats: int,
     inner: int = 1,
     clock: Callable[[], float] = time.perf_counter,
-    rotate: bool = False,
+    shuffle: bool = False,
 ) -> dict:
     """Median seconds per call of each candidate over ``interleaved_times``' rounds (same arguments)."""
-    return medians(interleaved_times(candidates, repeats, inner, clock, rotate))
+    return medians(interleaved_times(candidates, repeats, inner, clock, shuffle))
 
 
 def medians(times: dict[str, list[float]]) -> dict[str, float]:
@@ -109,21 +110,25 @@ def interleaved_times(
     repeats: int,
     inner: int = 1,
     clock: Callable[[], float] = time.perf_counter,
-    rotate: bool = False,
+    shuffle: bool = False,
 ) -> dict[str, list[float]]:
     """Run every candidate once per round, ``repeats`` rounds; seconds per call, round by round.
 
     Interleaving spreads the machine's noise (other tenants, frequency changes) evenly over the
     candidates, so ratios between them are fair even when absolute times drift. Each timed call
     starts after the previous candidate's threads have gone idle (``settle``). ``clock``: wall
-    time by default, ``time.process_time`` for CPU seconds. ``rotate`` starts each round one
-    candidate later, so none always runs right after the same one (one that evicts the caches
-    would bias the one after it).
+    time by default, ``time.process_time`` for CPU seconds. ``shuffle`` runs each round in its own
+    order (seeded: a run repeats), so that no candidate always runs right after the same one (a
+    candidate may leave the caches warm or cold for the next). A fixed or rotated order keeps each
+    one's predecessor in nearly every round; there the first of two identical builds took
+    1.09-1.36x the time of the second (4 of 4 cases: batch 1, H = 64, one thread, 21 rounds), in
+    shuffled rounds 0.89-1.05x (2 of 4; benchmarks/cpu_native_ab.py).
     """
     names = list(candidates)
     times: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(repeats):
-        order = names[r % len(names):] + names[: r % len(names)] if rotate else names
+    rng = random.Random(0)
+    for _ in range(repeats):
+        order = rng.sample(names, len(names)) if shuffle else names
         for name in order:
             settle()
             t = clock()

@@ -1,7 +1,7 @@
 """Two (or more) builds of the native CPU extension side by side in one process: before/after
 figures for a kernel change, measured as benchmarks/cpu_native.py --cpu-time measures (one
 thread each, process CPU seconds, medians) with onnxruntime and PyTorch, the order of the
-builds and peers rotated every round.
+builds and peers shuffled every round.
 
     python benchmarks/cpu_native_ab.py before=/tmp/old/_jaxgru_cpu.so after=jaxgru/_jaxgru_cpu*.so \
         [--only N=1] [--case lstm,forward,100,1,1024,1024] [--repeats 9] [--L 1] [--wall] [--shuffle-lengths]
@@ -14,9 +14,11 @@ peer with its default threads, wall time, a sample as many back-to-back calls as
 (run.py). ``--shuffle-lengths`` gives the ragged cases their lengths in a random order (the suite's
 are decreasing, as PyTorch packs them). Prints one line per case (ms, and the ratio over the best peer).
 
-The first build listed ran ~15% slower at batch 1 than an identical copy listed after it (two
-copies of one .so, rotated order; the cause was not found): list a throwaway copy first and
-ignore its figures.
+In rotated rounds the first build listed ran 1.09-1.36x the time of an identical copy listed
+after it (batch 1, H = 64, one thread, 21 rounds: slower in 4 of 4 cases; the cause was not
+found). Rounds are now shuffled (_timing.interleaved_times): there the two copies took
+0.89-1.05x each other's time (the first slower in 2 of 4), the noise between identical builds
+at these 0.3-1 ms cases. List a throwaway copy first all the same, to read that noise.
 """
 
 from __future__ import annotations
@@ -100,9 +102,9 @@ def main(argv=None) -> int:
                 pass
         if args.wall:
             inner = calls_per_sample(warm_seconds(fns), SAMPLE_MS / 1e3)
-            med = interleaved_medians(fns, args.repeats, inner=inner, rotate=True)
+            med = interleaved_medians(fns, args.repeats, inner=inner, shuffle=True)
         else:
-            med = interleaved_medians(fns, args.repeats, clock=time.process_time, rotate=True)
+            med = interleaved_medians(fns, args.repeats, clock=time.process_time, shuffle=True)
         med = {k: v * 1e3 for k, v in med.items()}
         best = min(v for k, v in med.items() if k in ("onnxruntime", "torch"))
         print(case.name, " ".join(f"{k}={v:.3f}({v / best:.2f})" for k, v in med.items()), flush=True)

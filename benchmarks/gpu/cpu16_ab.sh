@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# A device run for a change in the native CPU lowering (about 7 minutes): builds of the extension
+# A device run for a change in the native CPU lowering (3-4 minutes): builds of the extension
 # side by side on the device machine's 16 cores. Each build is carried as .whl/NAME.abi3.so (made
 # here against the stable ABI: `CMAKE_CXX_FLAGS=-DPy_LIMITED_API=0x030A0000`, renamed), and
 # .whl/_jaxgru_cpu.abi3.so is the candidate that the tests and the thread caps run on. Steps: the
 # native lowering's tests; benchmarks/cpu_native_ab.py --wall over the suite's cases (every build
-# with its default threads against onnxruntime and PyTorch, rounds rotated, a throwaway copy
+# with its default threads against onnxruntime and PyTorch, rounds shuffled, a throwaway copy
 # of the first build listed first); then the candidate's thread caps at batch 1 (cpu_threads.py).
 # Writes gpu_cpu16_ab.log (everything printed) and gpu_cpu16_ab_caps.json under $OUT (else
 # benchmarks/results/).
