@@ -19,6 +19,12 @@ after it (batch 1, H = 64, one thread, 21 rounds: slower in 4 of 4 cases; the ca
 found). Rounds are now shuffled (_timing.interleaved_times): there the two copies took
 0.89-1.05x each other's time (the first slower in 2 of 4), the noise between identical builds
 at these 0.3-1 ms cases. List a throwaway copy first all the same, to read that noise.
+
+A training step's XLA temporaries above glibc's mmap threshold are mapped fresh on every call,
+and their page faults (7.7% of the samples of an LSTM step at L = 1000, N = 16, H = 64) add
+their own noise to a kernel comparison. Running this under cpu_malloc.REUSE
+(``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=4294967296``)
+takes them out for every build and peer alike.
 """
 
 from __future__ import annotations
