@@ -9,7 +9,9 @@ import itertools
 @dataclasses.dataclass(frozen=True)
 class Case:
     """One measured configuration. ``mode`` is "forward" (inference) or "train" (forward,
-    backward and the weight gradients of ``mean(y**2)``)."""
+    backward and the weight gradients of ``mean(y**2)``). A GRU applies the reset gate after
+    the recurrent matmul (ONNX ``linear_before_reset=1``, PyTorch's and Flax's GRU) unless
+    ``lbr0``: ONNX's default, before it, which only jaxgru and onnxruntime compute."""
 
     cell: str
     mode: str
@@ -19,6 +21,7 @@ class Case:
     H: int
     bidirectional: bool = False
     ragged: bool = False
+    lbr0: bool = False
 
     @property
     def D(self) -> int:
@@ -31,6 +34,7 @@ class Case:
     @property
     def name(self) -> str:
         flags = ("bi" if self.bidirectional else "uni") + ("-ragged" if self.ragged else "")
+        flags += "-lbr0" if self.lbr0 else ""
         return f"{self.cell}-{self.mode}-{flags} L={self.L} N={self.N} I={self.I} H={self.H}"
 
     def flops(self) -> float:
@@ -63,6 +67,9 @@ FULL = (
     + _grid(["gru", "lstm"], ["forward", "train"], [(100, 16, 128, 128), (50, 64, 256, 256)], bidirectional=True)
     + _grid(["gru", "lstm"], ["forward", "train"], [(100, 16, 128, 128)], ragged=True)
     + _grid(["gru"], ["forward"], [(100, 16, 128, 128)], bidirectional=True, ragged=True)
+    # ONNX's default GRU (onnxruntime the one peer): batch 1, where two dependent products a step
+    # (z and r, then r*H's) weigh most, and a batch
+    + _grid(["gru"], ["forward"], [(100, 1, 64, 64), (1000, 1, 64, 64), (100, 16, 128, 128)], lbr0=True)
 )
 QUICK = (
     _grid(["gru", "lstm"], ["forward"], [(100, 1, 64, 64), (50, 64, 256, 256)])

@@ -2,7 +2,9 @@
 callable that runs one forward pass or one training step and blocks until it is done.
 
 Every peer computes the same layer: GRU with the reset gate applied after the recurrent
-matmul (PyTorch's and Flax's GRU; ONNX ``linear_before_reset=1``), LSTM without peepholes.
+matmul (PyTorch's and Flax's GRU; ONNX ``linear_before_reset=1``), LSTM without peepholes. The
+``lbr0`` cases (ONNX's default GRU, the reset gate before the matmul) run on jaxgru and
+onnxruntime alone.
 jaxgru, onnxruntime and PyTorch share the same weights and are checked against each other
 before timing; Flax and Equinox use their own initialisers (same shapes, same work).
 """
@@ -62,6 +64,13 @@ def _block(out):
     return jax.block_until_ready(out)
 
 
+def _reset_after_matmul(case: Case) -> None:
+    """Raise Unsupported for ONNX's default GRU (``linear_before_reset=0``): PyTorch's, Flax's and
+    Equinox's GRUs apply the reset gate after the recurrent matmul only."""
+    if case.lbr0:
+        raise Unsupported("GRU with linear_before_reset=0: not in this library")
+
+
 # --------------------------------------------------------------------------------------
 # jaxgru
 # --------------------------------------------------------------------------------------
@@ -91,7 +100,7 @@ class JaxgruPeer(Peer):
         fn = jaxgru.gru if case.cell == "gru" else jaxgru.lstm
         opts = {"direction": "bidirectional" if case.bidirectional else "forward", "backend": self.backend}
         if case.cell == "gru":
-            opts["linear_before_reset"] = True
+            opts["linear_before_reset"] = not case.lbr0
         lens = jnp.asarray(data["lens"]) if case.ragged else None
 
         def forward(p, x):
@@ -148,7 +157,7 @@ class OnnxRuntimePeer(Peer):
                  for n, v in (("W", p.w), ("R", p.r), ("B", p.b))]
         attrs = {"hidden_size": case.H, "direction": "bidirectional" if case.bidirectional else "forward"}
         if case.cell == "gru":
-            attrs["linear_before_reset"] = 1
+            attrs["linear_before_reset"] = 0 if case.lbr0 else 1
         inputs = ["X", "W", "R", "B"] + (["sequence_lens"] if case.ragged else [])
         node = helper.make_node("GRU" if case.cell == "gru" else "LSTM", inputs, ["Y"], **attrs)
         graph_inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, data["x_np"].shape)]
@@ -190,6 +199,7 @@ class TorchPeer(Peer):
         return why
 
     def build(self, case, data):
+        _reset_after_matmul(case)
         import torch
 
         from jaxgru.interop import to_torch
@@ -252,6 +262,7 @@ class FlaxPeer(Peer):
     requires = "flax"
 
     def build(self, case, data):
+        _reset_after_matmul(case)
         import flax.linen as nn
 
         cell = (lambda: nn.GRUCell(features=case.H)) if case.cell == "gru" else (
@@ -272,6 +283,7 @@ class EquinoxPeer(Peer):
     requires = "equinox"
 
     def build(self, case, data):
+        _reset_after_matmul(case)
         import equinox as eqx
 
         make = eqx.nn.GRUCell if case.cell == "gru" else eqx.nn.LSTMCell
