@@ -94,7 +94,7 @@ def interleaved_medians(
     repeats: int,
     inner: int = 1,
     clock: Callable[[], float] = time.perf_counter,
-    shuffle: bool = False,
+    shuffle: bool = True,
 ) -> dict:
     """Median seconds per call of each candidate over ``interleaved_times``' rounds (same arguments)."""
     return medians(interleaved_times(candidates, repeats, inner, clock, shuffle))
@@ -110,19 +110,21 @@ def interleaved_times(
     repeats: int,
     inner: int = 1,
     clock: Callable[[], float] = time.perf_counter,
-    shuffle: bool = False,
+    shuffle: bool = True,
 ) -> dict[str, list[float]]:
     """Run every candidate once per round, ``repeats`` rounds; seconds per call, round by round.
 
     Interleaving spreads the machine's noise (other tenants, frequency changes) evenly over the
     candidates, so ratios between them are fair even when absolute times drift. Each timed call
     starts after the previous candidate's threads have gone idle (``settle``). ``clock``: wall
-    time by default, ``time.process_time`` for CPU seconds. ``shuffle`` runs each round in its own
-    order (seeded: a run repeats), so that no candidate always runs right after the same one (a
+    time by default, ``time.process_time`` for CPU seconds. Each round runs in its own order
+    (seeded: a run repeats), so that no candidate always runs right after the same one (a
     candidate may leave the caches warm or cold for the next). A fixed or rotated order keeps each
     one's predecessor in nearly every round; there the first of two identical builds took
     1.09-1.36x the time of the second (4 of 4 cases: batch 1, H = 64, one thread, 21 rounds), in
-    shuffled rounds 0.89-1.05x (2 of 4; benchmarks/cpu_native_ab.py).
+    shuffled rounds 0.89-1.05x (2 of 4; benchmarks/cpu_native_ab.py). ``shuffle=False`` keeps
+    the listed order (every benchmark shuffles: from 2026-12-04 17:00 the suite and the A/B
+    tools, from 21:00 cpu_native.py, train_step.py, loop_layouts.py and wgsl_backward.py too).
     """
     names = list(candidates)
     times: dict[str, list[float]] = {name: [] for name in names}

@@ -45,7 +45,7 @@ def main(argv=None) -> int:
         fns["xla"]()
         fns.update({isa: jaxgru_cpu_with(case, data, native.ISA_ENV, isa) for isa in isas})
         inner = calls_per_sample(warm_seconds(fns), SAMPLE_MS / 1e3)
-        med = {k: v * 1e3 for k, v in interleaved_medians(fns, args.repeats, inner=inner, shuffle=True).items()}
+        med = {k: v * 1e3 for k, v in interleaved_medians(fns, args.repeats, inner=inner).items()}
         row = {"case": case.name, "median_ms": med, "vs_xla": {i: med[i] / med["xla"] for i in isas}}
         rows.append(row)
         cells = " ".join(f"{k}={v:.3f}" for k, v in med.items())

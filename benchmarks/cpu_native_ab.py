@@ -108,9 +108,9 @@ def main(argv=None) -> int:
                 pass
         if args.wall:
             inner = calls_per_sample(warm_seconds(fns), SAMPLE_MS / 1e3)
-            med = interleaved_medians(fns, args.repeats, inner=inner, shuffle=True)
+            med = interleaved_medians(fns, args.repeats, inner=inner)
         else:
-            med = interleaved_medians(fns, args.repeats, clock=time.process_time, shuffle=True)
+            med = interleaved_medians(fns, args.repeats, clock=time.process_time)
         med = {k: v * 1e3 for k, v in med.items()}
         best = min(v for k, v in med.items() if k in ("onnxruntime", "torch"))
         print(case.name, " ".join(f"{k}={v:.3f}({v / best:.2f})" for k, v in med.items()), flush=True)

@@ -63,7 +63,7 @@ def main(argv=None) -> int:
                 fn = peer.build(case, data)
                 fn()
                 fns[peer.name] = fn
-            med = {k: v * 1e3 for k, v in interleaved_medians(fns, args.repeats, shuffle=True).items()}
+            med = {k: v * 1e3 for k, v in interleaved_medians(fns, args.repeats).items()}
             best = min(v for k, v in med.items() if k in ("onnxruntime", "torch"))
             row = {"case": case.name, "median_ms": med, "default_vs_one": med["default"] / med["one thread"],
                    "default_vs_best": med["default"] / best, "one_vs_best": med["one thread"] / best}

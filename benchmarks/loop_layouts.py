@@ -4,7 +4,7 @@
 Times ``reference.forward`` (inference, no residuals) under each of the four plans
 (feature_major x hoist), interleaved, medians; marks the fastest and what ``plan_for`` picks.
 
-    python benchmarks/loop_layouts.py [--repeats 9]
+    python benchmarks/loop_layouts.py [--repeats 9] [--shape CELL,L,N,I,H ...] [--out PATH]
 """
 
 from __future__ import annotations
@@ -28,14 +28,19 @@ def name(plan):
     return f"{'fm' if plan[0] else 'bm'}/{'hoist' if plan[1] else 'loop'}"
 
 
-def main():
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=9)
-    args = ap.parse_args()
+    ap.add_argument("--shape", action="append", default=[], metavar="CELL,L,N,I,H",
+                    help="a shape of its own instead of both cells at SHAPES (repeatable)")
+    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/loop_layouts.json)")
+    args = ap.parse_args(argv)
+    shapes = ([(c, tuple(map(int, dims))) for c, *dims in (s.split(",") for s in args.shape)]
+              or list(itertools.product(["gru", "lstm"], SHAPES)))
     rows = []
-    for cell, (L, N, I, H) in itertools.product(["gru", "lstm"], SHAPES):
-        cfg = api.make_config(cell, "bench", direction="forward", layout=0, backend="xla",
-                              linear_before_reset=cell == "gru")
+    for cell, (L, N, I, H) in shapes:
+        opts = {"linear_before_reset": True} if cell == "gru" else {}  # PyTorch's GRU
+        cfg = api.make_config(cell, "bench", direction="forward", layout=0, backend="xla", **opts)
         g = cfg.num_gates * H
         k = jax.random.split(jax.random.key(0), 3)
         ops = [jax.random.normal(k[0], (L, N, I)), jax.random.normal(k[1], (1, g, I)) * 0.05,
@@ -53,7 +58,7 @@ def main():
         print(f"{cell:4s} L={L:4d} N={N:3d} I={I:4d} H={H:4d} | "
               + "  ".join(f"{k}={v * 1e3:7.2f}{'*' if k == best else ' '}" for k, v in med.items())
               + f" | chosen {chosen} ({med[chosen] / med[best]:.2f}x best)", flush=True)
-    print(f"wrote {save('loop_layouts', {'repeats': args.repeats, 'rows': rows})}")
+    print(f"wrote {save('loop_layouts', {'repeats': args.repeats, 'rows': rows}, args.out)}")
 
 
 if __name__ == "__main__":

@@ -94,7 +94,7 @@ def run_case(case: Case, peers, repeats: int, budget_s: float, min_sample_s: flo
     paced = [k for k, p in built.items() if not p.software_wgsl()]
     per_round = inner * sum(warm[k] for k in paced)
     rounds = int(min(repeats, max(3, budget_s / max(per_round, 1e-6))))
-    times = interleaved_times(fns, rounds, inner=inner, shuffle=True)
+    times = interleaved_times(fns, rounds, inner=inner)
     med = medians(times)
     return {"case": case.__dict__ | {"name": case.name}, "median_s": med, "times_s": times, "compile_s": compile_s,
             "memory_mb": memory, "skipped": skipped, "agreement": agree, "rounds": rounds,

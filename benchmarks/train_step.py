@@ -2,7 +2,7 @@
 a hand-written primitive, against ``jax.grad`` of the same ``lax.scan`` forward differentiated
 by JAX, and against a textbook ``lax.scan`` cell as a user would write it.
 
-    python benchmarks/train_step.py [--repeats 15]
+    python benchmarks/train_step.py [--repeats 15] [--shape CELL,L,N,I,H ...] [--out PATH]
 
 Writes benchmarks/results/train_step.json and prints a table of medians and ratios.
 """
@@ -53,19 +53,22 @@ def textbook(cell):
     return run
 
 
-def main():
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeats", type=int, default=15)
-    args = ap.parse_args()
+    ap.add_argument("--shape", action="append", default=[], metavar="CELL,L,N,I,H",
+                    help="a shape of its own instead of SHAPES (repeatable), e.g. lstm,100,16,128,128")
+    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/train_step.json)")
+    args = ap.parse_args(argv)
+    shapes = [(c, *map(int, dims)) for c, *dims in (s.split(",") for s in args.shape)] or SHAPES
     rows = []
-    for cell, L, N, I, H in SHAPES:
+    for cell, L, N, I, H in shapes:
         init = jaxgru.init_gru if cell == "gru" else jaxgru.init_lstm
         params = init(jax.random.key(0), I, H)
         x = jax.random.normal(jax.random.key(1), (L, N, I))
         opts = dict(linear_before_reset=True) if cell == "gru" else {}
         fn = jaxgru.gru if cell == "gru" else jaxgru.lstm
-        cfg = api.make_config(cell, "bench", direction="forward", layout=0, backend="xla",
-                              linear_before_reset=cell == "gru")
+        cfg = api.make_config(cell, "bench", direction="forward", layout=0, backend="xla", **opts)
 
         def ref_forward(p, x):
             ops = [x, p.w, p.r, p.b] + ([jnp.zeros((1, 3 * H))] if cell == "lstm" else [])
@@ -89,7 +92,7 @@ def main():
               f"grad(reference) {row['median_ms']['grad(reference)']:8.2f} ms | textbook "
               f"{row['median_ms']['grad(textbook scan)']:8.2f} ms | ratio {row['ratio_vs_grad_reference']:.2f} "
               f"/ {row['ratio_vs_textbook']:.2f}", flush=True)
-    path = save("train_step", {"repeats": args.repeats, "rows": rows})
+    path = save("train_step", {"repeats": args.repeats, "rows": rows}, args.out)
     print(f"wrote {path}")
 
 

@@ -464,11 +464,15 @@ bool configure(Call& c, const Attrs& at, int64_t L, int64_t N, int64_t I, ffi::S
     }
   }
   c.k = &select_kernels(at.isa);
-  // input-projection chunks of about 1 MiB of projections (at least one step): W's panels are
-  // read once per chunk, so a chunk of one step at a large batch would re-read them every step
+  // input-projection chunks of about 256 KiB of projections (at least one step): W's panels are
+  // read once per chunk, so a chunk of one step at a large batch would re-read them every step;
+  // with 1 MiB chunks (a whole sequence at batch 1, H = 64, up to L = 1000), one thread's batch-1
+  // forwards at L = 1000 took 1.04-1.09x the time (CPU time, two runs of 11 rounds; two threads,
+  // wall, 21 rounds: the batch-1 forwards 1.03x, geo-mean), N >= 16 within the noise either way.
+  // 64 and 128 KiB gained more on one thread but took 1.04-1.10x at batch 1, H = 256 on two.
   const int64_t step_bytes = ly.N * ly.Hp * ly.G * 4;
   ly.chunk = std::max<int64_t>(1, std::min<int64_t>(std::max<int64_t>(1, ly.L),
-                                                    (1 << 20) / std::max<int64_t>(1, step_bytes)));
+                                                    (256 << 10) / std::max<int64_t>(1, step_bytes)));
   return true;
 }
 

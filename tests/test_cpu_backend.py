@@ -203,6 +203,38 @@ def test_default_activations_keep_float32_accuracy(monkeypatch, isa):
     np.testing.assert_allclose(h[finite], np.tanh(c[finite]), atol=2.5e-7, rtol=0)
 
 
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+@pytest.mark.parametrize("lbr", [0, 1])
+def test_gru_step_keeps_float32_accuracy(monkeypatch, isa, lbr):
+    """The GRU step's own sigmoid and tanh (its epilogue, not the LSTM's) against float64 numpy,
+    on the pre-activations of test_default_activations_keep_float32_accuracy. One step, I = 1,
+    H = 16, H0 = 1, R = 0: units 0-7 have h~ = tanh(0) = 0, so Y_h = z = sigmoid(x); units 8-15
+    have z = sigmoid(-100) (0 in float32), so Y_h = h~ = tanh(x). Same bounds as the LSTM's (z and
+    r from one division, tried, put z 1.7e-7 off)."""
+    monkeypatch.setenv(native.ISA_ENV, isa)
+    jax.clear_caches()
+    H = 16
+    x = np.linspace(-30.0, 30.0, 131_000, dtype=np.float32)
+    w = np.zeros((1, 3 * H, 1), np.float32)  # gates z, r, h
+    w[0, :8] = 1.0  # z's input, units 0-7: x
+    w[0, H : 2 * H] = 1.0  # r's: x (no effect on Y_h, but a z and r computed together would round differently)
+    w[0, 2 * H + 8 : 3 * H] = 1.0  # h's input, units 8-15: x
+    b = np.zeros((1, 6 * H), np.float32)
+    b[0, 8:H] = -100.0  # z = 0, units 8-15
+    params = jaxgru.GRUParams(jnp.asarray(w), jnp.zeros((1, 3 * H, H), jnp.float32), jnp.asarray(b))
+    h0 = jnp.ones((1, x.size, H), jnp.float32)
+    _, y_h = jaxgru.gru(params, jnp.asarray(x).reshape(1, -1, 1), initial_h=h0, linear_before_reset=lbr,
+                        backend="cpu")
+    h = np.asarray(y_h[0], np.float64)
+    xd = x.astype(np.float64)[:, None]
+    sig = 1.0 / (1.0 + np.exp(-xd))
+    sig_err = np.abs(h[:, :8] - sig)
+    assert sig_err.max() <= 1.5e-7, f"sigmoid: {sig_err.max():.3g} at x = {x[sig_err.max(1).argmax()]}"
+    assert (sig_err / sig).max() <= 4e-7, f"sigmoid relative: {(sig_err / sig).max():.3g}"
+    tanh_err = np.abs(h[:, 8:] - np.tanh(xd))
+    assert tanh_err.max() <= 2.5e-7, f"tanh: {tanh_err.max():.3g} at x = {x[tanh_err.max(1).argmax()]}"
+
+
 BATCH1 = [("gru", {"linear_before_reset": 0}), ("gru", {"linear_before_reset": 1, "direction": "reverse"}),
           ("lstm", {"peep": True, "direction": "bidirectional"}), ("lstm", {"clip": 0.9, "c0": True})]
 
