@@ -10,6 +10,11 @@ tables docs/performance.md quotes (ratios to the best of onnxruntime / PyTorch).
 ``--cpu-time`` runs every peer on one thread and times process CPU seconds instead of wall time:
 on a machine shared with other work, wall time mostly measures the waits for a core; CPU time
 measures the work (it also counts XLA's and the peers' own spinning threads, if any).
+
+A wall-time sample is as many back-to-back calls as the suite's (run.calls_per_sample, from
+2026-12-04 21:50): single calls measured each call's cold start (the GRU at L = 128, N = 1,
+H = 256 took 1.34x onnxruntime's time in single calls, in the suite's samples 0.66x). A CPU-time
+sample is one call, as in cpu_native_ab.py.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from _timing import geo, interleaved_medians, save
+from _timing import geo, interleaved_medians, save, warm_seconds
 from cases import Case
 from peers import JaxgruPeer, OnnxRuntimePeer, TorchPeer, Unsupported, make_data
+from run import SAMPLE_MS, calls_per_sample
 
 FORWARD = [Case("gru", "forward", 128, 1, 256, 256), Case("gru", "forward", 128, 16, 256, 256),
            Case("gru", "forward", 128, 64, 256, 256), Case("gru", "forward", 64, 64, 512, 512),
@@ -48,9 +54,14 @@ def run(cases, repeats, cpu_time=False):
                 fns[peer.name] = fn
             except Unsupported:
                 pass
-        med = interleaved_medians(fns, repeats, clock=time.process_time if cpu_time else time.perf_counter)
+        if cpu_time:
+            inner = 1
+            med = interleaved_medians(fns, repeats, clock=time.process_time)
+        else:
+            inner = calls_per_sample(warm_seconds(fns), SAMPLE_MS / 1e3)
+            med = interleaved_medians(fns, repeats, inner=inner)
         best = min(v for k, v in med.items() if k in ("onnxruntime", "torch"))
-        row = {"case": case.name, "median_ms": {k: v * 1e3 for k, v in med.items()},
+        row = {"case": case.name, "median_ms": {k: v * 1e3 for k, v in med.items()}, "calls_per_sample": inner,
                "cpu_vs_best": med["jaxgru-cpu"] / best, "xla_vs_best": med["jaxgru-xla"] / best,
                "cpu_vs_torch": med["jaxgru-cpu"] / med["torch"] if "torch" in med else None}
         rows.append(row)

@@ -1,13 +1,17 @@
 """The benchmarks' interleaving (benchmarks/_timing.py): each round runs every candidate once, and
-shuffled rounds vary who runs before whom."""
+shuffled rounds vary who runs before whom; and two benchmark scripts run end to end."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
 import itertools
+import json
 import pathlib
+import sys
 from collections import defaultdict
+
+import jax
 
 _PATH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "_timing.py"
 _spec = importlib.util.spec_from_file_location("bench_timing", _PATH)
@@ -46,14 +50,8 @@ def test_unshuffled_rounds_keep_the_listed_order():
     assert calls == list("abcd") * 3
 
 
-
 def _run_script(name: str, tmp_path, monkeypatch, shapes: list[str]) -> list[dict]:
     """benchmarks/NAME.py's main on `shapes` (CELL,L,N,I,H), one round, its JSON rows."""
-    import json
-    import sys
-
-    import jax
-
     monkeypatch.syspath_prepend(str(_PATH.parent))
     monkeypatch.delitem(sys.modules, name, raising=False)
     script = importlib.import_module(name)
