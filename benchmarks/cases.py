@@ -47,6 +47,13 @@ class Case:
         return 4.0 * self.D * self.G * self.H * self.H
 
 
+def parse_shape(spec: str) -> tuple[str, int, int, int, int]:
+    """A benchmark's ``--shape CELL,L,N,I,H`` as (cell, L, N, I, H)."""
+    cell, *dims = spec.split(",")
+    L, N, I, H = map(int, dims)
+    return cell, L, N, I, H
+
+
 def _grid(cells, modes, shapes, **flags):
     return [Case(c, m, *s, **flags) for c, m, s in itertools.product(cells, modes, shapes)]
 

@@ -19,10 +19,10 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from _timing import geo, interleaved_medians, save, warm_seconds
+from _timing import geo, save
 from cases import FULL
 from peers import JaxgruPeer, jaxgru_cpu_with, make_data
-from run import SAMPLE_MS, calls_per_sample
+from run import sampled_medians
 
 from jaxgru._src import native
 
@@ -44,8 +44,7 @@ def main(argv=None) -> int:
         fns = {"xla": JaxgruPeer("xla").build(case, data)}
         fns["xla"]()
         fns.update({isa: jaxgru_cpu_with(case, data, native.ISA_ENV, isa) for isa in isas})
-        inner = calls_per_sample(warm_seconds(fns), SAMPLE_MS / 1e3)
-        med = {k: v * 1e3 for k, v in interleaved_medians(fns, args.repeats, inner=inner).items()}
+        med = {k: v * 1e3 for k, v in sampled_medians(fns, args.repeats)[0].items()}
         row = {"case": case.name, "median_ms": med, "vs_xla": {i: med[i] / med["xla"] for i in isas}}
         rows.append(row)
         cells = " ".join(f"{k}={v:.3f}" for k, v in med.items())

@@ -23,14 +23,13 @@ import argparse
 import os
 import pathlib
 import sys
-import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from _timing import geo, interleaved_medians, save, warm_seconds
+from _timing import geo, save
 from cases import Case
 from peers import JaxgruPeer, OnnxRuntimePeer, TorchPeer, Unsupported, make_data
-from run import SAMPLE_MS, calls_per_sample
+from run import sampled_medians
 
 FORWARD = [Case("gru", "forward", 128, 1, 256, 256), Case("gru", "forward", 128, 16, 256, 256),
            Case("gru", "forward", 128, 64, 256, 256), Case("gru", "forward", 64, 64, 512, 512),
@@ -54,12 +53,7 @@ def run(cases, repeats, cpu_time=False):
                 fns[peer.name] = fn
             except Unsupported:
                 pass
-        if cpu_time:
-            inner = 1
-            med = interleaved_medians(fns, repeats, clock=time.process_time)
-        else:
-            inner = calls_per_sample(warm_seconds(fns), SAMPLE_MS / 1e3)
-            med = interleaved_medians(fns, repeats, inner=inner)
+        med, inner = sampled_medians(fns, repeats, cpu_time)
         best = min(v for k, v in med.items() if k in ("onnxruntime", "torch"))
         row = {"case": case.name, "median_ms": {k: v * 1e3 for k, v in med.items()}, "calls_per_sample": inner,
                "cpu_vs_best": med["jaxgru-cpu"] / best, "xla_vs_best": med["jaxgru-xla"] / best,

@@ -36,18 +36,16 @@ import importlib.util
 import os
 import pathlib
 import sys
-import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import jax
 import numpy as np
 import peers
-from _timing import interleaved_medians, warm_seconds
 from cases import FULL, Case
 from cpu_native import FORWARD, TRAIN
 from peers import JaxgruPeer, OnnxRuntimePeer, TorchPeer, Unsupported, make_data
-from run import SAMPLE_MS, calls_per_sample
+from run import sampled_medians
 
 from jaxgru._src import native
 
@@ -106,12 +104,7 @@ def main(argv=None) -> int:
                 fns[peer.name]()
             except Unsupported:
                 pass
-        if args.wall:
-            inner = calls_per_sample(warm_seconds(fns), SAMPLE_MS / 1e3)
-            med = interleaved_medians(fns, args.repeats, inner=inner)
-        else:
-            med = interleaved_medians(fns, args.repeats, clock=time.process_time)
-        med = {k: v * 1e3 for k, v in med.items()}
+        med = {k: v * 1e3 for k, v in sampled_medians(fns, args.repeats, cpu_time=not args.wall)[0].items()}
         best = min(v for k, v in med.items() if k in ("onnxruntime", "torch"))
         print(case.name, " ".join(f"{k}={v:.3f}({v / best:.2f})" for k, v in med.items()), flush=True)
     return 0

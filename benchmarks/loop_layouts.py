@@ -15,6 +15,7 @@ import itertools
 import jax
 import jax.numpy as jnp
 from _timing import interleaved_medians, save
+from cases import parse_shape
 
 from jaxgru._src import api, reference
 
@@ -35,10 +36,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="a shape of its own instead of both cells at SHAPES (repeatable)")
     ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/loop_layouts.json)")
     args = ap.parse_args(argv)
-    shapes = ([(c, tuple(map(int, dims))) for c, *dims in (s.split(",") for s in args.shape)]
-              or list(itertools.product(["gru", "lstm"], SHAPES)))
+    shapes = [parse_shape(s) for s in args.shape] or [(c, *s) for c, s in itertools.product(["gru", "lstm"], SHAPES)]
     rows = []
-    for cell, (L, N, I, H) in shapes:
+    for cell, L, N, I, H in shapes:
         opts = {"linear_before_reset": True} if cell == "gru" else {}  # PyTorch's GRU
         cfg = api.make_config(cell, "bench", direction="forward", layout=0, backend="xla", **opts)
         g = cfg.num_gates * H

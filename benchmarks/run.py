@@ -5,7 +5,7 @@
 
 For each case, every available peer is built (the first call, compile included, is timed
 apart), checked against jaxgru-xla where they share weights, then all peers run interleaved
-for the same number of rounds (each round starting one peer later, so that no peer always runs
+for the same number of rounds (each round in its own shuffled order, so that no peer always runs
 right after the same one) and the medians are compared; the native lowering's ratio to the
 best compared peer is also taken round by round, with a bootstrap interval
 (``_timing.paired_ratio``). Writes
@@ -28,7 +28,7 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 
 import numpy as np
 import roofline
-from _timing import geo, interleaved_times, medians, paired_ratio, save, warm_seconds
+from _timing import geo, interleaved_medians, interleaved_times, medians, paired_ratio, save, warm_seconds
 from cases import FULL, QUICK, Case
 from peers import JaxgruPeer, Unsupported, all_peers, make_data
 
@@ -116,6 +116,19 @@ def calls_per_sample(warm_s: dict[str, float], min_sample_s: float, most: int = 
     if min_sample_s <= 0 or fastest <= 0:
         return 1
     return max(1, min(most, math.ceil(min_sample_s / fastest)))
+
+
+def sampled_medians(fns: dict, repeats: int, cpu_time: bool = False) -> tuple[dict[str, float], int]:
+    """Medians of seconds per call over ``repeats`` interleaved rounds, for the scripts that time
+    peers or builds outside the suite: wall time, a sample as many back-to-back calls as the
+    suite's (``calls_per_sample``); or, ``cpu_time``, process CPU seconds of single calls.
+
+    Returns the medians and the calls per sample.
+    """
+    if cpu_time:
+        return interleaved_medians(fns, repeats, clock=time.process_time), 1
+    inner = calls_per_sample(warm_seconds(fns), SAMPLE_MS / 1e3)
+    return interleaved_medians(fns, repeats, inner=inner), inner
 
 
 def summarise(rows: list[dict], limits: dict) -> dict:

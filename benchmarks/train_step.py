@@ -14,6 +14,7 @@ import argparse
 import jax
 import jax.numpy as jnp
 from _timing import compile_seconds, interleaved_medians, save
+from cases import parse_shape
 
 import jaxgru
 from jaxgru._src import api, reference
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="a shape of its own instead of SHAPES (repeatable), e.g. lstm,100,16,128,128")
     ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/train_step.json)")
     args = ap.parse_args(argv)
-    shapes = [(c, *map(int, dims)) for c, *dims in (s.split(",") for s in args.shape)] or SHAPES
+    shapes = [parse_shape(s) for s in args.shape] or SHAPES
     rows = []
     for cell, L, N, I, H in shapes:
         init = jaxgru.init_gru if cell == "gru" else jaxgru.init_lstm
