@@ -22,6 +22,7 @@ import os
 import pathlib
 import sys
 import time
+from collections.abc import Iterable
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
@@ -101,9 +102,9 @@ def run_case(case: Case, peers, repeats: int, budget_s: float, min_sample_s: flo
             "calls_per_sample": inner}
 
 
-def calls_per_sample(warm_s: dict[str, float], min_sample_s: float, most: int = 64) -> int:
+def calls_per_sample(warm_s: dict[str, float], min_sample_s: float, most: int = 64, ours: Iterable[str] = ()) -> int:
     """Back-to-back calls per timed sample, the same for every peer of a case (``warm_s``: one
-    warm call's seconds per peer).
+    warm call's seconds per peer; ``ours``: more names that time jaxgru, as ``jaxgru*`` do).
 
     A call that starts after the others' turns (and ``settle``'s sleep) finds this VM's caches
     and TLBs cold: measured here, a 0.09 ms onnxruntime call took 0.98 ms after 20 ms of
@@ -112,22 +113,26 @@ def calls_per_sample(warm_s: dict[str, float], min_sample_s: float, most: int = 
     as make the fastest peer's (jaxgru's or a compared one's) last ``min_sample_s``: its first
     call still pays the cold start, once per sample for every peer alike. 0: one call.
     """
-    fastest = min((v for k, v in warm_s.items() if k in COMPARED or k.startswith("jaxgru")), default=0.0)
+    sizing = set(COMPARED) | set(ours)
+    fastest = min((v for k, v in warm_s.items() if k in sizing or k.startswith("jaxgru")), default=0.0)
     if min_sample_s <= 0 or fastest <= 0:
         return 1
     return max(1, min(most, math.ceil(min_sample_s / fastest)))
 
 
-def sampled_medians(fns: dict, repeats: int, cpu_time: bool = False) -> tuple[dict[str, float], int]:
+def sampled_medians(
+    fns: dict, repeats: int, cpu_time: bool = False, ours: Iterable[str] = ()
+) -> tuple[dict[str, float], int]:
     """Medians of seconds per call over ``repeats`` interleaved rounds, for the scripts that time
     peers or builds outside the suite: wall time, a sample as many back-to-back calls as the
-    suite's (``calls_per_sample``); or, ``cpu_time``, process CPU seconds of single calls.
+    suite's (``calls_per_sample``, with ``ours`` the timers of jaxgru builds or ISAs named
+    otherwise); or, ``cpu_time``, process CPU seconds of single calls.
 
     Returns the medians and the calls per sample.
     """
     if cpu_time:
         return interleaved_medians(fns, repeats, clock=time.process_time), 1
-    inner = calls_per_sample(warm_seconds(fns), SAMPLE_MS / 1e3)
+    inner = calls_per_sample(warm_seconds(fns), SAMPLE_MS / 1e3, ours=ours)
     return interleaved_medians(fns, repeats, inner=inner), inner
 
 

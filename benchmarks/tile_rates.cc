@@ -84,8 +84,9 @@ constexpr Shape shape() { return {R, G, rate<R, G>}; }
 
 // The shapes the kernels use and the others tried, and the reductions K, per instruction set.
 #if defined(__AVX512F__)
-constexpr Shape kShapes[] = {shape<6, 4>(), shape<5, 4>(), shape<4, 4>(), shape<6, 3>(),
-                             shape<7, 3>(), shape<8, 3>(), shape<8, 2>(), shape<8, 1>()};
+constexpr Shape kShapes[] = {shape<6, 4>(), shape<5, 4>(), shape<4, 4>(), shape<3, 4>(), shape<2, 4>(),
+                             shape<1, 4>(), shape<6, 3>(), shape<7, 3>(), shape<8, 3>(), shape<3, 3>(),
+                             shape<2, 3>(), shape<8, 2>(), shape<8, 1>()};
 constexpr int64_t kReductions[] = {128, 256, 512, 1024};
 #else
 constexpr Shape kShapes[] = {shape<3, 2>(), shape<2, 3>(), shape<2, 2>(), shape<4, 1>(), shape<5, 1>(), shape<6, 1>()};

@@ -81,3 +81,15 @@ def test_loop_layouts_benchmark_runs_every_cell(tmp_path, monkeypatch):
     for r in rows:
         assert set(r["median_ms"]) == {"bm/loop", "bm/hoist", "fm/loop", "fm/hoist"}
         assert r["chosen"] in r["median_ms"] and r["chosen_vs_best"] >= 1.0
+
+
+def test_samples_are_sized_by_every_timer_of_jaxgru(monkeypatch):
+    # cpu_isa.py's timers (xla, avx512, ...) and cpu_native_ab.py's builds are jaxgru's under other
+    # names: unless named in `ours`, they got single-call samples (the slowest peer sized them)
+    monkeypatch.syspath_prepend(str(_PATH.parent))
+    run = importlib.import_module("run")
+    warm = {"xla": 1e-3, "avx512": 1e-4, "onnxruntime": 1e-2}
+    assert run.calls_per_sample(warm, 5e-3) == 1  # onnxruntime's 10 ms sizes it
+    assert run.calls_per_sample(warm, 5e-3, ours=warm) == 50  # the fastest ISA's 0.1 ms does
+    assert run.calls_per_sample(warm, 5e-3, most=8, ours=warm) == 8
+    assert run.calls_per_sample({"jaxgru-cpu": 1e-3, "torch": 2e-3}, 5e-3) == 5

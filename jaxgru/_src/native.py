@@ -99,7 +99,8 @@ def status() -> dict:
 
 # The instruction sets whose kernels ``auto`` picks: where they beat the xla lowering on the
 # suite's cases (benchmarks/cpu_isa.py, docs/backends.md). The portable kernels (4-float vectors:
-# SSE2, NEON) ran 1.8x slower than xla on an AVX-512 machine; arm64 is unmeasured.
+# SSE2, NEON) ran 1.8x slower than xla on an AVX-512 machine (1.45x on Zen 4, re-run with the
+# suite's samples); arm64 is unmeasured.
 AUTO_ISAS = ("avx512", "avx2")
 
 
