@@ -301,9 +301,9 @@ int64_t layout_dir(Layer& ly, Dir& dr, float* base) {
     }
     return used;
   }
-  if (!ly.tangent) dr.wpanel = take(nb * ly.I * G * kBlock);
-  dr.rpanel = take(nb * ly.H * (gru0 ? 2 : G) * kBlock);
-  dr.rhpanel = gru0 ? take(nb * ly.H * kBlock) : nullptr;
+  if (!ly.tangent && !ly.w_rows) dr.wpanel = take(nb * ly.I * G * kBlock);
+  dr.rpanel = ly.r_rows ? nullptr : take(nb * ly.H * (gru0 ? 2 : G) * kBlock);
+  dr.rhpanel = gru0 && !ly.r_rows ? take(nb * ly.H * kBlock) : nullptr;
   if (!ly.tangent) {
     dr.bx = take(G * Hp);
     dr.bh = take(Hp);
@@ -564,6 +564,13 @@ constexpr int64_t kThreadFlops = 8192;  // T threads share a group's step of at 
 // Batch 1 reads R's rows instead of packing it for sequences shorter than this (run_layer):
 // at L = 1-4 rows were 0.6-0.9x of panels' time, at 16 even, at 100-1000 1.3-1.5x.
 constexpr int64_t kRowsMaxSteps = 16;
+// A call of at most this many rows of X in all (L * N: a step or a few of a small batch, as a
+// streaming model calls it) packs neither W nor R: the projection and the steps read their rows
+// (Layer::w_rows, r_rows). Packing reads and writes all of W and R to read them L * N times at
+// most. On two threads (Zen 4), against packing both: L = 1 at N = 1-4, H = 256 0.27-0.65x the
+// time (the LSTM's at N = 2-4 had been 2.3-2.7x onnxruntime's), at 8 rows 0.43-1.00x; W's rows
+// alone for up to 15 rows took 1.04-1.11x the time at 15 (H = 256), hence 8.
+constexpr int64_t kFewRows = 8;
 // native dR: its reductions run over a row group's rows step by step, so a group keeps at least
 // this many (and native.py leaves dR to XLA below this batch: dr_min_rows() below)
 constexpr int64_t kDrRows = 32;
@@ -670,8 +677,10 @@ ffi::Error run_layer(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32
   if (!at.residuals) ly.K = 0;
   // batch 1, a few steps: R is not packed (1 MiB read and written per call at LSTM H = 256); the
   // steps read its rows (gemv_rows). Its reduction by transposes costs more per step than the
-  // panel's tile<1, G>: from 16 steps on, R is packed (benchmarks/performance_notes.md).
-  ly.r_rows = ly.N == 1 && ly.H % kBlock == 0 && ly.L < kRowsMaxSteps;
+  // panel's tile<1, G>: from 16 steps on, R is packed (benchmarks/performance_notes.md). Nor are
+  // R and W for a few rows in all (kFewRows).
+  ly.r_rows = ly.H % kBlock == 0 && ((ly.N == 1 && ly.L < kRowsMaxSteps) || ly.L * ly.N <= kFewRows);
+  ly.w_rows = ly.L * ly.N <= kFewRows && ly.I % kBlock == 0 && ly.H % kBlock == 0;
   ly.x = x.typed_data(); ly.w = w.typed_data(); ly.r = r.typed_data(); ly.b = b.typed_data();
   ly.p = p; ly.h0 = h0.typed_data(); ly.c0 = c0; ly.lens = lens.typed_data();
   ly.y = y->typed_data(); ly.yh = yh->typed_data(); ly.yc = yc; ly.res = at.residuals ? res->typed_data() : nullptr;

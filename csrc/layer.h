@@ -67,7 +67,10 @@ struct Layer {
   int K = 0;        // residual blocks of H per step (0: no residuals)
   bool lbr = false, input_forget = false, peepholes = false, ragged = false;
   float clip = 0.f;  // <= 0: no clip
-  bool r_rows = false;  // forward at N = 1, H a multiple of kBlock, L < kRowsMaxSteps: steps read R's rows
+  // forward, H a multiple of kBlock, and N = 1 with L < kRowsMaxSteps or L * N <= kFewRows: the
+  // steps read R's rows (gemv_rows), unpacked; with L * N <= kFewRows and I a multiple of kBlock,
+  // the projection reads W's rows
+  bool r_rows = false, w_rows = false;
   int64_t chunk = 1;  // steps per input-projection chunk
   // operands (time-major, float32) and results
   const float *x = nullptr, *w = nullptr, *r = nullptr, *b = nullptr, *p = nullptr;

@@ -254,6 +254,31 @@ def test_batch_one(monkeypatch, isa, cell, opts, L):
     _check(case)
 
 
+FEW_ROWS = [("gru", {"linear_before_reset": 0, "lens": [3, 0, 2, 1, 3]}),
+            ("gru", {"linear_before_reset": 1, "direction": "bidirectional"}),
+            ("lstm", {"peep": True, "c0": True, "direction": "reverse", "lens": [1, 3, 3, 2, 0]}),
+            ("lstm", {"clip": 0.9})]
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+@pytest.mark.parametrize(("cell", "opts"), FEW_ROWS, ids=[f"{c}-{i}" for i, (c, _) in enumerate(FEW_ROWS)])
+@pytest.mark.parametrize(("L", "N"), [(1, 1), (2, 3), (2, 4), (3, 3), (3, 5)])
+def test_few_rows_project_through_w_unpacked(monkeypatch, isa, cell, opts, L, N):
+    """Under 16 rows of X in all (L * N: 15, 1; 16 packs W), with I and H multiples of 16, the
+    input projection reads W's rows instead of its packed panels (csrc: Layer::w_rows): outputs
+    against onnxruntime and xla, and the gradients (its forward keeps residuals) against xla, on
+    each instruction set; ragged rows and rows that end at once included."""
+    monkeypatch.setenv(native.ISA_ENV, isa)
+    opts = dict(opts)
+    kw = {k: opts.pop(k) for k in ("c0", "peep", "direction", "lens") if k in opts}
+    if "lens" in kw:
+        kw["lens"] = [min(n, L) for n in kw["lens"][:N]]
+    case = random_case(np.random.default_rng(5), cell, L=L, N=N, I=32, H=48, h0=True, scale=0.3, **kw, **opts)
+    jax.clear_caches()
+    _check_ragged(case)
+    chex.assert_trees_all_close(_grad_y(case, "cpu"), _grad_y(case, "xla"), atol=5e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize(("cell", "opts"), [("gru", {"linear_before_reset": 0}), ("gru", {"linear_before_reset": 1}),
                                            ("lstm", {"peep": True})])
 @pytest.mark.parametrize(("N", "threads"), [(1, "1"), (1, "2"), (3, "2")])
