@@ -2,7 +2,8 @@
 thread (``JAXGRU_CPU_THREADS=1``), onnxruntime and PyTorch, on a quiet machine and with other
 processes spinning on the cores (``--busy K`` starts K of them for the run).
 
-    python benchmarks/cpu_threads.py [--repeats 31] [--busy 0] [--only N=1] [--caps 2,4,8] [--out PATH]
+    python benchmarks/cpu_threads.py [--repeats 31] [--busy 0] [--only N=1] [--caps 2,4,8]
+        [--case CELL,MODE,L,N,I,H ...] [--out PATH]
 
 Forward cases also run onnxruntime on one thread ("onnxruntime-1-thread"), so that a deficit
 against onnxruntime splits into one core's work (one thread against one thread) and how the
@@ -11,7 +12,9 @@ threads share it (each one's default over its one thread: the speed-up).
 A step of these cases is 25-600 kFLOP: a few microseconds, so the threads of a call meet
 thousands of times per call, and a thread that loses its core while holding a unit stalls the
 others (csrc/jaxgru_cpu.cc). The busy run measures what that costs: with the stall bounded,
-the default should stay near one thread's time when the cores are taken. Writes
+the default should stay near one thread's time when the cores are taken. ``--case`` times cases
+of its own instead (repeatable; e.g. the short training calls of csrc's kCallFlops). Samples are
+the suite's (run.sampled_medians: as many back-to-back calls as make 5 ms). Writes
 benchmarks/results/cpu_threads.json (cpu_threads_busy.json with --busy) and prints one line
 per case: medians in ms, the default over one thread, and over the best peer.
 """
@@ -25,9 +28,10 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from _timing import interleaved_medians, save
+from _timing import save
 from cases import Case
 from peers import OnnxRuntimePeer, TorchPeer, jaxgru_cpu_with, make_data
+from run import sampled_medians
 
 from jaxgru._src import native
 
@@ -45,17 +49,21 @@ def main(argv=None) -> int:
     ap.add_argument("--busy", type=int, default=0, help="processes spinning on the cores during the run")
     ap.add_argument("--only", default="", help="cases whose name contains this text")
     ap.add_argument("--caps", default="", help="more JAXGRU_CPU_THREADS caps to time beside one thread, e.g. 2,4,8")
+    ap.add_argument("--case", action="append", default=[], metavar="CELL,MODE,L,N,I,H",
+                    help="a case of its own instead (repeatable), e.g. lstm,train,1,1,64,64")
     ap.add_argument("--out", default=None, help="write the JSON here instead of benchmarks/results/")
     args = ap.parse_args(argv)
     caps = [int(c) for c in args.caps.split(",") if c]
+    own = [Case(c, m, *map(int, dims)) for c, m, *dims in (spec.split(",") for spec in args.case)]
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     rows = []
     try:
-        for case in [c for c in CASES if args.only in c.name]:
+        for case in [c for c in (own or CASES) if args.only in c.name]:
             data = make_data(case)
             fns = {"default": jaxgru_cpu_with(case, data, native.THREADS_ENV, None),
                    "one thread": jaxgru_cpu_with(case, data, native.THREADS_ENV, "1")}
             fns.update({f"{c} threads": jaxgru_cpu_with(case, data, native.THREADS_ENV, str(c)) for c in caps})
+            ours = list(fns)  # every timer of jaxgru's sizes the samples
             others = [TorchPeer("cpu")]
             if case.mode == "forward":
                 others += [OnnxRuntimePeer(), OnnxRuntimePeer(threads=1)]
@@ -63,9 +71,11 @@ def main(argv=None) -> int:
                 fn = peer.build(case, data)
                 fn()
                 fns[peer.name] = fn
-            med = {k: v * 1e3 for k, v in interleaved_medians(fns, args.repeats).items()}
+            secs, inner = sampled_medians(fns, args.repeats, ours=ours)
+            med = {k: v * 1e3 for k, v in secs.items()}
             best = min(v for k, v in med.items() if k in ("onnxruntime", "torch"))
-            row = {"case": case.name, "median_ms": med, "default_vs_one": med["default"] / med["one thread"],
+            row = {"case": case.name, "median_ms": med, "calls_per_sample": inner,
+                   "default_vs_one": med["default"] / med["one thread"],
                    "default_vs_best": med["default"] / best, "one_vs_best": med["one thread"] / best}
             line = f"default/one {row['default_vs_one']:.2f} default/best {row['default_vs_best']:.2f}"
             if ORT_ONE in med:  # one core's work, and each one's speed-up from its threads

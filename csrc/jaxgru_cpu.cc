@@ -571,6 +571,15 @@ constexpr int64_t kRowsMaxSteps = 16;
 // time (the LSTM's at N = 2-4 had been 2.3-2.7x onnxruntime's), at 8 rows 0.43-1.00x; W's rows
 // alone for up to 15 rows took 1.04-1.11x the time at 15 (H = 256), hence 8.
 constexpr int64_t kFewRows = 8;
+// A training call (a forward keeping residuals, a backward) also gives each thread at least this
+// much of its recurrence's work in all: a short one (a few steps at a small batch) spends more on
+// a second thread's start and its per-step meetings (the backward meets several times a step)
+// than that thread takes off. On two threads (Zen 4), training steps of 1-8 steps at batch 1-4,
+// H = 64-128, that this leaves one thread: 0.71-0.87x the time in 9 of 10 cases (the LSTM at
+// L = 2, H = 128: 1.05, where steps whose plan did not change moved 0.95-1.13); at 393 kFLOP (the
+// GRU at L = 4, H = 128) two threads were faster, hence 192 kFLOP a thread. The inference
+// forward keeps its threads: there one thread took 0.99-1.66x the time (9 forwards of 1-16 steps).
+constexpr int64_t kCallFlops = 192 << 10;
 // native dR: its reductions run over a row group's rows step by step, so a group keeps at least
 // this many (and native.py leaves dR to XLA below this batch: dr_min_rows() below)
 constexpr int64_t kDrRows = 32;
@@ -580,6 +589,8 @@ void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
   const int64_t step_flops = 2 * ly.N * ly.G * ly.H * ly.H * ly.D;
   int64_t threads = cap > 0 ? cap : std::min<int64_t>(avail, std::max<int64_t>(1, step_flops / 16384));
   threads = std::min<int64_t>(threads, kMaxWorkers);
+  if (cap <= 0 && (ly.backward || ly.res))  // a short training call: kCallFlops a thread
+    threads = std::min<int64_t>(threads, std::max<int64_t>(1, ly.L * step_flops / kCallFlops));
   const int64_t tile = ly.backward ? ly.rows_bwd : c.k->rows_step[ly.cell][0];
   const bool small_r = 4 * ly.G * ly.H * ly.H <= kGroupR;
   const bool inference = !ly.backward && !ly.tangent && !ly.res;
