@@ -578,8 +578,11 @@ constexpr int64_t kFewRows = 8;
 // H = 64-128, that this leaves one thread: 0.71-0.87x the time in 9 of 10 cases (the LSTM at
 // L = 2, H = 128: 1.05, where steps whose plan did not change moved 0.95-1.13); at 393 kFLOP (the
 // GRU at L = 4, H = 128) two threads were faster, hence 192 kFLOP a thread. The inference
-// forward keeps its threads: there one thread took 0.99-1.66x the time (9 forwards of 1-16 steps).
-constexpr int64_t kCallFlops = 192 << 10;
+// forward does the same with 96 kFLOP where R is at most 64 KiB (LSTM H <= 64, GRU H <= 73):
+// its second thread only adds meetings there. At L = 1-4, N = 1-4 that took 0.47-1.05x the time
+// (the GRU at L = 1, N = 2-4: 0.47-0.61x; one LSTM 1.05). With a larger R (H = 128) a second
+// thread halves the part each core streams, and one thread took up to 1.22x the time at L = 1-2.
+constexpr int64_t kCallFlops = 192 << 10, kCallFlopsInference = 96 << 10, kCallR = 64 << 10;
 // native dR: its reductions run over a row group's rows step by step, so a group keeps at least
 // this many (and native.py leaves dR to XLA below this batch: dr_min_rows() below)
 constexpr int64_t kDrRows = 32;
@@ -589,8 +592,11 @@ void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
   const int64_t step_flops = 2 * ly.N * ly.G * ly.H * ly.H * ly.D;
   int64_t threads = cap > 0 ? cap : std::min<int64_t>(avail, std::max<int64_t>(1, step_flops / 16384));
   threads = std::min<int64_t>(threads, kMaxWorkers);
-  if (cap <= 0 && (ly.backward || ly.res))  // a short training call: kCallFlops a thread
-    threads = std::min<int64_t>(threads, std::max<int64_t>(1, ly.L * step_flops / kCallFlops));
+  if (cap <= 0) {  // a short call: kCallFlops a thread (training), kCallFlopsInference (R <= kCallR)
+    const bool training = ly.backward || ly.res;
+    const int64_t per = training ? kCallFlops : 4 * ly.G * ly.H * ly.H <= kCallR ? kCallFlopsInference : 0;
+    if (per) threads = std::min<int64_t>(threads, std::max<int64_t>(1, ly.L * step_flops / per));
+  }
   const int64_t tile = ly.backward ? ly.rows_bwd : c.k->rows_step[ly.cell][0];
   const bool small_r = 4 * ly.G * ly.H * ly.H <= kGroupR;
   const bool inference = !ly.backward && !ly.tangent && !ly.res;
