@@ -54,6 +54,13 @@ def parse_shape(spec: str) -> tuple[str, int, int, int, int]:
     return cell, L, N, I, H
 
 
+def parse_case(spec: str) -> Case:
+    """A benchmark's ``--case CELL,MODE,L,N,I,H`` as a Case."""
+    cell, mode, *dims = spec.split(",")
+    L, N, I, H = map(int, dims)
+    return Case(cell, mode, L, N, I, H)
+
+
 def _grid(cells, modes, shapes, **flags):
     return [Case(c, m, *s, **flags) for c, m, s in itertools.product(cells, modes, shapes)]
 

@@ -42,7 +42,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import jax
 import numpy as np
 import peers
-from cases import FULL, Case
+from cases import FULL, parse_case
 from cpu_native import FORWARD, TRAIN
 from peers import JaxgruPeer, OnnxRuntimePeer, TorchPeer, Unsupported, make_data
 from run import sampled_medians
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     if not native.available():
         raise SystemExit("the native CPU extension of this checkout is not built")
     targets, backward = dict(native.TARGETS), dict(native.BACKWARD_TARGETS)
-    own = [Case(c, m, *map(int, dims)) for c, m, *dims in (spec.split(",") for spec in args.case)]
+    own = [parse_case(spec) for spec in args.case]
     for case in [c for c in (own or (FULL if args.full else FORWARD + TRAIN)) if args.only in c.name]:
         if args.L:
             case = dataclasses.replace(case, L=args.L)

@@ -29,7 +29,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from _timing import save
-from cases import Case
+from cases import Case, parse_case
 from peers import OnnxRuntimePeer, TorchPeer, jaxgru_cpu_with, make_data
 from run import sampled_medians
 
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="write the JSON here instead of benchmarks/results/")
     args = ap.parse_args(argv)
     caps = [int(c) for c in args.caps.split(",") if c]
-    own = [Case(c, m, *map(int, dims)) for c, m, *dims in (spec.split(",") for spec in args.case)]
+    own = [parse_case(spec) for spec in args.case]
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     rows = []
     try:

@@ -264,10 +264,11 @@ FEW_ROWS = [("gru", {"linear_before_reset": 0, "lens": [3, 0, 2, 1, 3]}),
 @pytest.mark.parametrize(("cell", "opts"), FEW_ROWS, ids=[f"{c}-{i}" for i, (c, _) in enumerate(FEW_ROWS)])
 @pytest.mark.parametrize(("L", "N"), [(1, 1), (2, 3), (2, 4), (3, 3), (3, 5)])
 def test_few_rows_project_through_w_unpacked(monkeypatch, isa, cell, opts, L, N):
-    """Under 16 rows of X in all (L * N: 15, 1; 16 packs W), with I and H multiples of 16, the
-    input projection reads W's rows instead of its packed panels (csrc: Layer::w_rows): outputs
-    against onnxruntime and xla, and the gradients (its forward keeps residuals) against xla, on
-    each instruction set; ragged rows and rows that end at once included."""
+    """At most 8 rows of X in all (L * N = 1, 6, 8; 9 and 15 pack), with I and H multiples of 16,
+    the projection and the steps read W's and R's rows instead of packed panels (csrc:
+    Layer::w_rows, r_rows, kFewRows): outputs against onnxruntime and xla, and the gradients (its
+    forward keeps residuals) against xla, on each instruction set; ragged rows and rows that end
+    at once included."""
     monkeypatch.setenv(native.ISA_ENV, isa)
     opts = dict(opts)
     kw = {k: opts.pop(k) for k in ("c0", "peep", "direction", "lens") if k in opts}
