@@ -592,14 +592,14 @@ void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
   const int64_t step_flops = 2 * ly.N * ly.G * ly.H * ly.H * ly.D;
   int64_t threads = cap > 0 ? cap : std::min<int64_t>(avail, std::max<int64_t>(1, step_flops / 16384));
   threads = std::min<int64_t>(threads, kMaxWorkers);
+  const int64_t r_bytes = 4 * ly.G * ly.H * ly.H;
+  const bool training = ly.backward || ly.res, inference = !training && !ly.tangent;
   if (cap <= 0) {  // a short call: kCallFlops a thread (training), kCallFlopsInference (R <= kCallR)
-    const bool training = ly.backward || ly.res;
-    const int64_t per = training ? kCallFlops : 4 * ly.G * ly.H * ly.H <= kCallR ? kCallFlopsInference : 0;
+    const int64_t per = training ? kCallFlops : inference && r_bytes <= kCallR ? kCallFlopsInference : 0;
     if (per) threads = std::min<int64_t>(threads, std::max<int64_t>(1, ly.L * step_flops / per));
   }
   const int64_t tile = ly.backward ? ly.rows_bwd : c.k->rows_step[ly.cell][0];
-  const bool small_r = 4 * ly.G * ly.H * ly.H <= kGroupR;
-  const bool inference = !ly.backward && !ly.tangent && !ly.res;
+  const bool small_r = r_bytes <= kGroupR;
   const int64_t group_rows = ly.dr ? std::max<int64_t>(tile, kDrRows) : inference ? c.k->group_tiles * tile : tile;
   // a group per thread of a direction, each of at least `rows` rows
   auto groups_of = [&](int64_t rows) {
@@ -696,8 +696,9 @@ ffi::Error run_layer(ffi::ThreadPool pool, const Attrs& at, ffi::Buffer<ffi::F32
   // steps read its rows (gemv_rows). Its reduction by transposes costs more per step than the
   // panel's tile<1, G>: from 16 steps on, R is packed (benchmarks/performance_notes.md). Nor are
   // R and W for a few rows in all (kFewRows).
-  ly.r_rows = ly.H % kBlock == 0 && ((ly.N == 1 && ly.L < kRowsMaxSteps) || ly.L * ly.N <= kFewRows);
-  ly.w_rows = ly.L * ly.N <= kFewRows && ly.I % kBlock == 0 && ly.H % kBlock == 0;
+  const bool few_rows = ly.L * ly.N <= kFewRows, h_blocks = ly.H % kBlock == 0;
+  ly.r_rows = h_blocks && (few_rows || (ly.N == 1 && ly.L < kRowsMaxSteps));
+  ly.w_rows = h_blocks && few_rows && ly.I % kBlock == 0;
   ly.x = x.typed_data(); ly.w = w.typed_data(); ly.r = r.typed_data(); ly.b = b.typed_data();
   ly.p = p; ly.h0 = h0.typed_data(); ly.c0 = c0; ly.lens = lens.typed_data();
   ly.y = y->typed_data(); ly.yh = yh->typed_data(); ly.yc = yc; ly.res = at.residuals ? res->typed_data() : nullptr;
