@@ -53,6 +53,9 @@ constexpr int kMaxChains = kMaxWorkers;  // (direction, row group) pairs
 // Times a thread left a call after holding up a late phase, since the module was loaded: a
 // diagnostic for tests and benchmarks (late_exits() below), never read by the kernels.
 std::atomic<uint64_t> late_exits{0};
+// Helpers that left a call whose steps they shared at no gain (work_chain), since the module was
+// loaded: the same kind of diagnostic (costly_meeting_exits() below).
+std::atomic<uint64_t> costly_meeting_exits{0};
 // Calls run in more than one row group (plan_threads), since the module was loaded: the same kind
 // of diagnostic (grouped_calls() below).
 std::atomic<uint64_t> grouped_calls{0};
@@ -121,6 +124,7 @@ struct Call {
   std::unique_ptr<Claim[]> claims[kMaxChains];  // [phase][range]: set up by execute, once ranges are known
   int ranges[kMaxChains] = {};
   Scratch scratch;  // not zeroed: every buffer is initialised or written before it is read
+  std::atomic<int64_t>* verdict = nullptr;  // where this call's probe writes (null: it does not probe)
   std::vector<int64_t> row_tables;    // Layer::row_tables
   std::atomic<bool> finished{false};
   std::atomic<int> active{0};
@@ -247,12 +251,135 @@ bool do_phase(Call& c, int ch, size_t p, int own, int me) {
   return true;
 }
 
+// Whether a phase of this kind is one of a step's (the threads sharing a chain meet at its end
+// once per step), not the packing or a projection over many steps.
+bool per_step(int kind) {
+  return kind != kPack && kind != kProject && kind != kBwdPack && kind != kTanPack && kind != kBwdRGrad;
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Where two threads share a call's small steps, whether they should. What a step's meeting costs
+// is the distance between the two cores, and on a VM that changes while a process runs: on the
+// 2-vCPU Zen 4 of the benchmarks a cache line's round trip between the vCPUs took 50-80 ns at
+// times and 170-340 ns at others, seconds apart (a ping-pong of two pinned threads), and at the
+// far end the LSTM forward at N = 2-8, H = 64 took 1.2-1.7x one thread's time on two
+// (benchmarks/cpu_threads.py), where near it took 0.70x. plan_threads' fixed rules cannot see
+// that, so such a call measures it: its helper shares kProbeSteps steps (after kProbeWarmSteps
+// that bring its part of R into its core's caches), then sits out as many (the other thread
+// takes its units: the ranges' claims), timing both from the phases' completions; where the
+// steps alone took less than kAloneBy of the shared ones' time, it leaves the call. At the far
+// end they took ~0.5x, near ~1.2-1.4x; without the warm steps and the margin, the LSTM at
+// batch 1, H = 64 left calls in which two threads took 0.8x one's time. Probing costs the
+// steps run alone where sharing was faster, so its verdict is kept for kVerdictNs per kind of
+// call and size of step (Verdicts), and a call that finds "alone" there plans one thread.
+// Only calls of one chain shared by two threads (no JAXGRU_CPU_THREADS cap) whose step's work
+// is at most kProbeFlops probe: larger steps amortise a meeting (at LSTM N = 16, H = 64 two
+// threads took 0.60x one's time), and more threads per chain (a many-core host) are not
+// measured and keep their plan.
+constexpr int kProbeSteps = 16, kProbeWarmSteps = 8;
+constexpr double kAloneBy = 0.9;  // leave where the steps alone took less than this part of the time
+constexpr int64_t kProbeFlops = 256 << 10;
+constexpr int64_t kVerdictNs = 100'000'000;
+
+// The verdicts: per kind of call (inference, backward, tangent, forward keeping residuals) and
+// step work (its log2), the time
+// of the last probe (ns, now_ns) and what it found (two bits: 1 shared, 2 alone). A verdict is a
+// hint that any call may overwrite; concurrent calls read and write it lock-free.
+std::atomic<int64_t> verdicts[4][32];
+enum Verdict : int64_t { kUnknown = 0, kShared = 1, kAlone = 2 };
+// Tests and benchmarks only (force_probe() below): kShared or kAlone decides every probe whatever
+// it measured; kNoProbe turns probing off (the plans before it).
+constexpr int kNoProbe = 3;
+std::atomic<int> forced_verdict{kUnknown};
+
+std::atomic<int64_t>* verdict_slot(const Layer& ly, int64_t step_flops) {
+  const int kind = ly.backward ? 1 : ly.tangent ? 2 : ly.res ? 3 : 0;
+  int b = 0;
+  while (b < 31 && (int64_t{2} << b) <= step_flops) ++b;
+  return &verdicts[kind][b];
+}
+
+Verdict fresh_verdict(const std::atomic<int64_t>* slot) {
+  const int64_t w = slot->load(std::memory_order_relaxed);
+  return w != 0 && now_ns() - (w >> 2) < kVerdictNs ? static_cast<Verdict>(w & 3) : kUnknown;
+}
+
+// The threads that run chain ch from its start: workers ch, ch + C, ... (worker below).
+int sharers(const Call& c, int ch) { return (c.threads - 1 - ch) / c.chains + 1; }
+
+// The probe (above) of helper `me` from phase p on: true where it leaves the call (then every
+// phase it sat out is complete). *next: the first phase it has not run or waited for. Where the
+// caller has left the call meanwhile (it held up a late phase: do_phase), the helper stops
+// sitting out, without a verdict, and runs the rest.
+bool probe_leaves(Call& c, int ch, int own, int me, size_t p, size_t* next) {
+  const std::vector<Phase>& ph = c.phases[ch];
+  size_t steps = 0;
+  for (size_t q = p; q < ph.size(); ++q) steps += per_step(ph[q].kind);
+  *next = p;
+  if (steps < 4 * kProbeSteps) return false;  // too short to pay for it (kProbeWarmSteps included)
+  for (int n = 0; n < kProbeWarmSteps; ++*next)  // its first steps: R's panels into this core's caches
+    if (!do_phase(c, ch, *next, own, me)) return true;
+    else n += per_step(ph[*next].kind);
+  int64_t shared = 0, alone = 0;
+  int n = 0;
+  for (; n < kProbeSteps; ++*next) {  // shared: the phases' wall time from this thread
+    const int64_t t0 = now_ns();
+    if (!do_phase(c, ch, *next, own, me)) return true;
+    if (per_step(ph[*next].kind)) shared += now_ns() - t0, ++n;
+  }
+  // alone: the next kProbeSteps step phases, [*next, end), timed from the completions of the last
+  // step of each run of steps (a projection between two runs, this thread joins). It waits on
+  // that phase's line alone, which the other thread writes once: polling the line of every step
+  // it completes slowed the other thread at the far end (the LSTM at batch 1, H = 64: the
+  // probe stayed in calls that took 1.8x one thread's time).
+  size_t end = *next;
+  for (n = 0; n < kProbeSteps; ++end) n += per_step(ph[end].kind);
+  int64_t t_prev = now_ns();
+  for (size_t q = *next; q < end; ++q) {
+    if (!per_step(ph[q].kind)) {  // a projection: the steps before it are done (waited for below)
+      if (!do_phase(c, ch, q, own, me)) return true;
+      t_prev = now_ns();
+      continue;
+    }
+    if (q + 1 < end && per_step(ph[q + 1].kind)) continue;  // not the last of its run
+    const PhaseSync& s = c.sync[ch][q];
+    wait_for(c, [&] { return s.done.load(std::memory_order_acquire) >= ph[q].units || c.finished.load(); }, nullptr,
+             kLateUs, me);
+    if (s.done.load(std::memory_order_acquire) < ph[q].units) {  // the caller left (a late phase): go on
+      while (c.sync[ch][*next].done.load(std::memory_order_acquire) >= ph[*next].units) ++*next;
+      return false;
+    }
+    const int64_t t = now_ns();
+    alone += t - t_prev, t_prev = t;
+  }
+  *next = end;
+  const int forced = forced_verdict.load(std::memory_order_relaxed);
+  const bool leave = forced ? forced == kAlone : alone < kAloneBy * shared;
+  c.verdict->store((now_ns() << 2) | (leave ? kAlone : kShared), std::memory_order_relaxed);
+  if (leave) costly_meeting_exits.fetch_add(1, std::memory_order_relaxed);
+  return leave;
+}
+
 // Work through every phase of chain ch from the current one (a group after the first helps
 // with, or waits for, its direction's packing first). False: this worker leaves the call.
 bool work_chain(Call& c, int ch, int own, int me) {
   const int D = static_cast<int>(c.ly.D);
   if (ch >= D && !do_phase(c, ch % D, 0, -1, me)) return false;
-  for (size_t p = 0; p < c.phases[ch].size(); ++p)
+  size_t p = 0;
+  if (c.verdict && me == 1) {  // the helper of a call that probes: from the first step not yet done
+    while (p < c.phases[ch].size() &&
+           (!per_step(c.phases[ch][p].kind) ||
+            c.sync[ch][p].done.load(std::memory_order_acquire) >= c.phases[ch][p].units)) {
+      if (!do_phase(c, ch, p, own, me)) return false;
+      ++p;
+    }
+    if (probe_leaves(c, ch, own, me, p, &p)) return false;
+  }
+  for (; p < c.phases[ch].size(); ++p)
     if (!do_phase(c, ch, p, own, me)) return false;
   return true;
 }
@@ -617,6 +744,15 @@ void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
   c.threads = static_cast<int>(std::min<int64_t>(threads, ly.nb * ly.D * ly.groups));
   c.chains = static_cast<int>(ly.D * ly.groups);
   if (ly.groups > 1) grouped_calls.fetch_add(1, std::memory_order_relaxed);
+  // small steps shared by two threads: the last probe's verdict, or a probe (work_chain)
+  const int64_t group_flops = 2 * ly.group_rows_max() * ly.G * ly.H * ly.H;
+  if (cap <= 0 && c.threads == 2 && c.chains == 1 && group_flops <= kProbeFlops &&
+      forced_verdict.load(std::memory_order_relaxed) != kNoProbe) {
+    std::atomic<int64_t>* slot = verdict_slot(ly, group_flops);
+    const Verdict v = fresh_verdict(slot);
+    if (v == kAlone) c.threads = 1;
+    if (v == kUnknown) c.verdict = slot;
+  }
 }
 
 // Run every phase: the caller's thread and up to T-1 tasks on XLA's intra-op pool.
@@ -1018,6 +1154,22 @@ PyObject* isa(PyObject*, PyObject* arg) {
   return PyUnicode_FromString(jaxgru_cpu::select_kernels(static_cast<int>(want)).name);
 }
 
+PyObject* costly_meeting_exits(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(jaxgru_cpu::costly_meeting_exits.load(std::memory_order_relaxed));
+}
+PyObject* force_probe(PyObject*, PyObject* arg) {
+  const long v = PyLong_AsLong(arg);
+  if (v == -1 && PyErr_Occurred()) return nullptr;
+  if (v < 0 || v > jaxgru_cpu::kNoProbe) {
+    PyErr_Format(PyExc_ValueError, "force_probe: expected 0 (measure), 1 (shared), 2 (alone) or 3 (no probe); got %ld", v);
+    return nullptr;
+  }
+  jaxgru_cpu::forced_verdict.store(static_cast<int>(v), std::memory_order_relaxed);
+  if (v == jaxgru_cpu::kShared || v == jaxgru_cpu::kAlone)  // the next calls probe
+    for (auto& kind : jaxgru_cpu::verdicts)
+      for (auto& w : kind) w.store(0, std::memory_order_relaxed);
+  Py_RETURN_NONE;
+}
 PyObject* late_exits(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(jaxgru_cpu::late_exits.load(std::memory_order_relaxed));
 }
@@ -1040,6 +1192,11 @@ PyMethodDef methods[] = {
     {"registrations", registrations, METH_NOARGS, "FFI target name -> PyCapsule of its handler."},
     {"isa", isa, METH_O, "The kernels used for a requested ISA (0 best, 1 avx512, 2 avx2, 3 generic)."},
     {"late_exits", late_exits, METH_NOARGS, "Threads that left a call after holding up a phase, so far."},
+    {"force_probe", force_probe, METH_O,
+     "Tests, benchmarks: probes of small shared steps measure (0), decide 1 (shared) or 2 (alone; both clear the "
+     "kept verdicts), or are off (3)."},
+    {"costly_meeting_exits", costly_meeting_exits, METH_NOARGS,
+     "Helpers that left a call whose steps they shared at no gain, so far."},
     {"grouped_calls", grouped_calls, METH_NOARGS, "Calls that ran their rows in more than one group, so far."},
     {"split_products", split_products, METH_NOARGS, "Backward calls whose dH = dG . R ran in parts, so far."},
     {"scratch_reuses", scratch_reuses, METH_NOARGS, "Calls whose scratch was a block an earlier call gave back, so far."},

@@ -1,5 +1,5 @@
 """The benchmarks' interleaving (benchmarks/_timing.py): each round runs every candidate once, and
-shuffled rounds vary who runs before whom; and two benchmark scripts run end to end."""
+shuffled rounds vary who runs before whom; and three benchmark scripts run end to end."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ import sys
 from collections import defaultdict
 
 import jax
+import pytest
+
+from jaxgru._src import native
 
 _PATH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "_timing.py"
 _spec = importlib.util.spec_from_file_location("bench_timing", _PATH)
@@ -93,3 +96,17 @@ def test_samples_are_sized_by_every_timer_of_jaxgru(monkeypatch):
     assert run.calls_per_sample(warm, 5e-3, ours=warm) == 50  # the fastest ISA's 0.1 ms does
     assert run.calls_per_sample(warm, 5e-3, most=8, ours=warm) == 8
     assert run.calls_per_sample({"jaxgru-cpu": 1e-3, "torch": 2e-3}, 5e-3) == 5
+
+
+@pytest.mark.skipif(not native.available(), reason="the native extension is not built")
+def test_probe_benchmark_runs_and_splits_its_rounds(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(_PATH.parent))
+    monkeypatch.delitem(sys.modules, "cpu_probe", raising=False)
+    script = importlib.import_module("cpu_probe")
+    out = tmp_path / "cpu_probe.json"
+    script.main(["--repeats", "3", "--out", str(out), "--case", "lstm,forward,70,2,4,16"])
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["case"].startswith("lstm-forward-uni L=70 N=2 I=4 H=16")
+    assert set(row["median_ms"]) == {"probe", "no probe", "one thread"}
+    split = [m for m in (row["far_ms"], row["near_ms"]) if m is not None]
+    assert row["far_rounds"] <= 3 and all(set(m) == set(row["median_ms"]) for m in split)

@@ -665,6 +665,9 @@ def test_concurrent_calls_from_eight_threads():
 # loses the core while it holds a unit.
 _LOSE_CORE = r"""
 import json, os, subprocess, sys
+probe = bool(os.environ.get("PROBE"))
+if probe:  # XLA's pool: two threads, whose small steps probe (the helper may sit some out)
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
 import jax, numpy as np
 import jaxgru
 from jaxgru._src import native
@@ -686,27 +689,104 @@ for task in os.listdir("/proc/self/task"):
         pass
 err, calls = 0.0, 0
 try:
-    while calls < 1000 and module.late_exits() == before:
+    while calls < 1000 and module.late_exits() - before < (5 if probe else 1):
+        if probe:
+            module.force_probe(1)  # a fresh probe in every call
         got = f(params, x)
         err = max(err, max(float(np.abs(np.asarray(g) - w).max()) for g, w in zip(got, want)))
         calls += 1
 finally:
     for h in hogs:
         h.kill()
+    module.force_probe(0)
 print(json.dumps({"late_exits": module.late_exits() - before, "calls": calls, "max_err": err}))
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread affinity and CPU clocks: Linux")
-def test_threads_that_lose_their_core_leave_the_call():
+@pytest.mark.skipif(not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2,
+                    reason="thread affinity and CPU clocks: Linux, two CPUs")
+@pytest.mark.parametrize("probe", [False, True], ids=["two-threads", "probing"])
+def test_threads_that_lose_their_core_leave_the_call(probe):
     """A thread that loses its core while it holds a unit: the waiter sees from its CPU clock
     that it is not running, marks the phase late, the thread leaves the call after that unit
-    (late_exits counts it) and every call still computes the layer."""
-    env = dict(os.environ, **{native.THREADS_ENV: "2"})
+    (late_exits counts it) and every call still computes the layer. Probing: the calls' small
+    steps probe (work_chain), and where the caller leaves while the helper sits steps out, the
+    helper runs the rest (it waited for them forever before)."""
+    env = {k: v for k, v in os.environ.items() if k != native.THREADS_ENV}
+    env.update({"PROBE": "1"} if probe else {native.THREADS_ENV: "2"})
     out = subprocess.run([sys.executable, "-c", _LOSE_CORE], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["late_exits"] > 0, report
+    assert report["max_err"] < 2e-5, report
+
+
+# Run in a process of its own on two CPUs, so that XLA's pool has two threads and the calls'
+# small steps are shared by two: they probe (work_chain), long enough for a helper that starts
+# late. The forward's (LSTM N = 20, H = 32: 164 kFLOP) projects its input in chunks of 25
+# steps, so its helper joins a projection between steps it sits out; the training step's
+# (N = 4, H = 64) forward and backward each probe.
+# force_probe fixes the probe's verdict (what it measures depends on the cores' distance at the
+# time) and clears the kept verdicts.
+_PROBE = r"""
+import json, os
+os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+import jax, jax.numpy as jnp, numpy as np
+import jaxgru
+from jaxgru._src import native
+
+fwd = (jaxgru.init_lstm(jax.random.key(0), 16, 32), jax.random.normal(jax.random.key(1), (1000, 20, 16)))
+train = (jaxgru.init_lstm(jax.random.key(2), 16, 64), jax.random.normal(jax.random.key(3), (1000, 4, 16)))
+loss = lambda backend: lambda p, x: jnp.mean(jaxgru.lstm(p, x, backend=backend)[0] ** 2)
+want = [np.asarray(o) for o in jaxgru.lstm(*fwd, backend="xla")]
+want_grad = jax.tree.leaves(jax.grad(loss("xla"))(*train))
+f = jax.jit(lambda p, x: jaxgru.lstm(p, x, backend="cpu"))
+g = jax.jit(jax.grad(loss("cpu")))
+module, _ = native._module()
+err = 0.0
+
+def run(fn, ref):
+    global err
+    out = jax.tree.leaves(jax.block_until_ready(fn(*(fwd if fn is f else train))))
+    err = max(err, max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(out, ref)))
+
+run(f, want), run(g, want_grad)  # compile
+report = {}
+for verdict, name in ((1, "shared"), (2, "alone")):
+    module.force_probe(verdict)
+    before = module.costly_meeting_exits()
+    rounds = last = 0
+    while rounds < (5 if verdict == 1 else 50) and last < 3:  # until one round sees all three probes
+        module.force_probe(verdict)  # fresh probes for each round
+        start = module.costly_meeting_exits()
+        run(f, want), run(g, want_grad)
+        last = module.costly_meeting_exits() - start
+        rounds += 1
+    exits = module.costly_meeting_exits() - before
+    for _ in range(5):  # within the verdict's lifetime: planned on one thread, no helper to leave
+        run(f, want), run(g, want_grad)
+    report[name] = {"rounds": rounds, "exits": exits, "exits_after": module.costly_meeting_exits() - before - exits}
+module.force_probe(0)
+report["max_err"] = err
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2,
+                    reason="thread affinity: Linux, two CPUs")
+def test_probe_of_small_shared_steps():
+    """A call whose small steps two threads share probes whether they should (work_chain): its
+    helper shares some steps, sits out as many, and leaves the call where alone was not slower.
+    Leaving or staying, the other thread finishes the layer: outputs and gradients as xla
+    computes them (the forward, the forward keeping residuals and the backward each probe), and
+    while an "alone" verdict is fresh, calls plan one thread (no helper left to leave)."""
+    env = {k: v for k, v in os.environ.items() if k != native.THREADS_ENV}
+    out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["shared"]["exits"] == 0 and report["shared"]["exits_after"] == 0, report
+    assert report["alone"]["exits"] >= 3 and report["alone"]["exits_after"] == 0, report
+    assert report["alone"]["rounds"] < 50, report
     assert report["max_err"] < 2e-5, report
 
 
