@@ -12,6 +12,10 @@ import json
 import pathlib
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from _timing import geo
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "performance.md"
 PLOT = ROOT / "docs" / "img" / "performance.png"
@@ -78,6 +82,51 @@ def tables(data: dict) -> str:
     return "\n".join(out)
 
 
+def _count(rows: list[dict], pred) -> str:
+    return f"{sum(1 for r in rows if pred(r))} of {len(rows)}"
+
+
+def targets(data: dict) -> str:
+    """Where the run stands against the targets (issue 14's for the native lowering), for both CPU
+    lowerings, from the same rows as the tables."""
+    fwd = [r for r in data["rows"] if r["case"]["mode"] == "forward"]
+    train = [r for r in data["rows"] if r["case"]["mode"] == "train"]
+    sf, st = data["summary"]["forward"], data["summary"]["train"]
+
+    def slower(rows, key):
+        return _count(rows, lambda r: (r.get(key) or 0) > 1)
+
+    def beyond(rows):
+        return sum(1 for r in rows if r.get("cpu_paired_vs_best", (0, 0, 0))[1] > 1)
+
+    def roof(rows, peer):
+        big = [r for r in rows if r["case"]["N"] >= 64 and r["median_s"].get(peer)]
+        return _count(big, lambda r: r["roofline_s"] * 1.5 >= r["median_s"][peer])
+
+    def faster(rows, peer, ours):
+        return _x(geo([r["median_s"][peer] / r["median_s"][ours] for r in rows
+                        if r["median_s"].get(peer) and r["median_s"].get(ours)]))
+
+    lines = [
+        "| | target | jaxgru-xla | jaxgru-cpu |",
+        "|---|---|---|---|",
+        f"| forward: time over the best of onnxruntime and PyTorch, geo-mean | 0.8x or less | "
+        f"{_x(sf['geomean_ratio_vs_best'])} | {_x(sf['cpu_geomean_ratio_vs_best'])} |",
+        f"| forward: cases slower than the best (cpu: beyond the paired interval) | none | "
+        f"{slower(fwd, 'ratio_vs_best')} | {slower(fwd, 'cpu_ratio_vs_best')} ({beyond(fwd)}) |",
+        f"| training step: time over PyTorch's, geo-mean | 0.7x or less | {_x(st['geomean_ratio_vs_torch'])} | "
+        f"{_x(st['cpu_geomean_ratio_vs_torch'])} |",
+        f"| training step: cases slower than PyTorch (cpu: beyond the paired interval) | none | "
+        f"{slower(train, 'ratio_vs_best')} | {slower(train, 'cpu_ratio_vs_best')} ({beyond(train)}) |",
+        f"| batch 64 within 1.5x of the roofline: forward; training | all | {roof(fwd, 'jaxgru-xla')}; "
+        f"{roof(train, 'jaxgru-xla')} | {roof(fwd, 'jaxgru-cpu')}; {roof(train, 'jaxgru-cpu')} |",
+    ]
+    for label, peer in (("Flax `nn.RNN`", "flax"), ("Equinox", "equinox")):
+        cells = [f"{faster(fwd, peer, ours)}; {faster(train, peer, ours)}" for ours in ("jaxgru-xla", "jaxgru-cpu")]
+        lines.append(f"| faster than {label}, geo-mean: forward; training | 1.5x | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
 def plot(data: dict) -> None:
     import matplotlib
 
@@ -108,17 +157,21 @@ def plot(data: dict) -> None:
     fig.savefig(PLOT, dpi=110)
 
 
+def page(data: dict, notes: str) -> str:
+    """docs/performance.md: the notes with the run's tables and targets in place of their markers."""
+    marker = "<!-- tables -->"
+    body = tables(data) + "\n\n![jaxgru and its peers](img/performance.png)\n"
+    out = notes.replace(marker, body) if marker in notes else notes + "\n" + body
+    return out.replace("<!-- targets -->", targets(data))
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     path = pathlib.Path(argv[0]) if argv else ROOT / "benchmarks" / "results" / "bench_full.json"
     data = json.loads(path.read_text())
     if data.get("partial"):  # run.py saves its rows after every case; a stopped run has no summary
         raise SystemExit(f"{path} holds a run stopped after {len(data['rows'])} cases: run the suite to its end")
-    notes = NOTES.read_text() if NOTES.exists() else ""
-    marker = "<!-- tables -->"
-    body = tables(data) + "\n\n![jaxgru and its peers](img/performance.png)\n"
-    page = notes.replace(marker, body) if marker in notes else notes + "\n" + body
-    DOC.write_text(page)
+    DOC.write_text(page(data, NOTES.read_text() if NOTES.exists() else ""))
     plot(data)
     print(f"wrote {DOC} and {PLOT} from {path}")
     return 0

@@ -119,3 +119,17 @@ def test_gate_order_picture_is_drawn_by_its_script(tmp_path):
     assert (tmp_path / "g.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (ROOT / "docs" / "img" / "gate_orders.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "](img/gate_orders.png)" in (ROOT / "docs" / "semantics.md").read_text()
+
+
+def test_performance_page_is_the_report_of_the_committed_results(monkeypatch):
+    # docs/performance.md is benchmarks/report.py's output: the notes with the tables and targets
+    # of results/bench_full.json. Its tables once stayed at a suite three days old while later
+    # suites went to other files; notes edited without a re-run leave the page behind as well.
+    import json
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    report = __import__("report")
+    data = json.loads((ROOT / "benchmarks" / "results" / "bench_full.json").read_text())
+    notes = (ROOT / "benchmarks" / "performance_notes.md").read_text()
+    assert report.page(data, notes) == (ROOT / "docs" / "performance.md").read_text(), (
+        "run python benchmarks/report.py (with the suite's results in benchmarks/results/bench_full.json)")
