@@ -2,8 +2,11 @@
 
     python benchmarks/report.py [benchmarks/results/bench_full.json]
 
-The page's tables and the plot are regenerated from the JSON only; the prose around them
-lives in benchmarks/performance_notes.md and is copied in verbatim.
+The page's tables, its targets table and the plot are regenerated from the JSON only; the
+prose around them lives in benchmarks/performance_notes.md (the markers <!-- tables --> and
+<!-- targets --> say where they go) and is copied in verbatim. tests/test_docs.py checks that
+the page is this script's output of the committed notes and bench_full.json: run it after a
+suite (save the suite there) or after editing the notes.
 """
 
 from __future__ import annotations
