@@ -308,9 +308,6 @@ Verdict fresh_verdict(const std::atomic<int64_t>* slot) {
   return w != 0 && now_ns() - (w >> 2) < kVerdictNs ? static_cast<Verdict>(w & 3) : kUnknown;
 }
 
-// The threads that run chain ch from its start: workers ch, ch + C, ... (worker below).
-int sharers(const Call& c, int ch) { return (c.threads - 1 - ch) / c.chains + 1; }
-
 // The probe (above) of helper `me` from phase p on: true where it leaves the call (then every
 // phase it sat out is complete). *next: the first phase it has not run or waited for. Where the
 // caller has left the call meanwhile (it held up a late phase: do_phase), the helper stops
@@ -735,8 +732,8 @@ void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
   ly.groups = small_r ? groups_of(group_rows) : 1;
   if (inference && small_r && group_rows > tile && ly.nb * ly.D * ly.groups < threads)  // idle threads
     ly.groups = groups_of(tile);
+  const int64_t group_flops = 2 * ly.group_rows_max() * ly.G * ly.H * ly.H;  // a group's step
   if (cap <= 0) {  // the threads that meet per step of a group, from its step's work
-    const int64_t group_flops = 2 * ly.group_rows_max() * ly.G * ly.H * ly.H;
     int64_t meet = 1;
     while ((meet + 1) * (meet + 1) * kThreadFlops <= group_flops) ++meet;
     threads = std::min<int64_t>(threads, meet * ly.D * ly.groups);
@@ -745,7 +742,6 @@ void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
   c.chains = static_cast<int>(ly.D * ly.groups);
   if (ly.groups > 1) grouped_calls.fetch_add(1, std::memory_order_relaxed);
   // small steps shared by two threads: the last probe's verdict, or a probe (work_chain)
-  const int64_t group_flops = 2 * ly.group_rows_max() * ly.G * ly.H * ly.H;
   if (cap <= 0 && c.threads == 2 && c.chains == 1 && group_flops <= kProbeFlops &&
       forced_verdict.load(std::memory_order_relaxed) != kNoProbe) {
     std::atomic<int64_t>* slot = verdict_slot(ly, group_flops);
