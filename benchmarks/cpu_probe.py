@@ -21,10 +21,10 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from _timing import interleaved_times, save, warm_seconds
+from _timing import save
 from cases import parse_case
 from peers import jaxgru_cpu_with, make_data
-from run import SAMPLE_MS, calls_per_sample
+from run import sampled_times
 
 from jaxgru._src import native
 
@@ -65,8 +65,7 @@ def main(argv=None) -> int:
             fns = {"probe": with_mode(default, module, MEASURE, current),
                    "no probe": with_mode(default, module, NO_PROBE, current),
                    "one thread": jaxgru_cpu_with(case, data, native.THREADS_ENV, "1")}
-            inner = calls_per_sample(warm_seconds(fns), SAMPLE_MS / 1e3, ours=list(fns))
-            times = interleaved_times(fns, args.repeats, inner=inner)
+            times, inner = sampled_times(fns, args.repeats, ours=list(fns))
             far = [r for r in range(args.repeats) if times["no probe"][r] > FAR * times["one thread"][r]]
             near = [r for r in range(args.repeats) if r not in far]
 

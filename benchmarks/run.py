@@ -132,8 +132,14 @@ def sampled_medians(
     """
     if cpu_time:
         return interleaved_medians(fns, repeats, clock=time.process_time), 1
+    times, inner = sampled_times(fns, repeats, ours)
+    return medians(times), inner
+
+
+def sampled_times(fns: dict, repeats: int, ours: Iterable[str] = ()) -> tuple[dict[str, list[float]], int]:
+    """sampled_medians' wall-time samples, round by round (seconds per call), and the calls per sample."""
     inner = calls_per_sample(warm_seconds(fns), SAMPLE_MS / 1e3, ours=ours)
-    return interleaved_medians(fns, repeats, inner=inner), inner
+    return interleaved_times(fns, repeats, inner=inner), inner
 
 
 def summarise(rows: list[dict], limits: dict) -> dict:
