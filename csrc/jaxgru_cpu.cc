@@ -1,7 +1,9 @@
 // jaxgru's native CPU lowering: one XLA FFI call per GRU/LSTM layer (forward).
 //
 // A call runs as phases per direction (layer.h: pack the weights into panels, project a chunk
-// of steps' inputs, then the steps of the chunk), each phase a set of independent units. The
+// of steps' inputs, then the steps of the chunk), each phase a set of independent units (a
+// forward on two threads may pipeline them: its helper projects chunks ahead while the caller
+// runs the steps, work_pipelined). The
 // caller's thread and up to T-1 tasks on XLA's intra-op thread pool work through the phases:
 // each first claims units from its own range (the hidden units whose panels it packed, so they
 // stay in its cache), then steals from the others, then waits for the phase to finish. Nobody
@@ -61,6 +63,8 @@ std::atomic<uint64_t> costly_meeting_exits{0};
 std::atomic<uint64_t> grouped_calls{0};
 // Backward calls whose dH = dG . R ran its reduction in parts (plan_bwd_product): the same kind.
 std::atomic<uint64_t> split_products{0};
+// Calls whose helper projected ahead of the steps (work_pipelined): the same kind.
+std::atomic<uint64_t> pipelined_calls{0};
 
 // The best kernels this CPU runs, at most `want` (0 best, 1 avx512, 2 avx2, 3 generic).
 const Kernels& select_kernels(int want) {
@@ -125,6 +129,7 @@ struct Call {
   int ranges[kMaxChains] = {};
   Scratch scratch;  // not zeroed: every buffer is initialised or written before it is read
   std::atomic<int64_t>* verdict = nullptr;  // where this call's probe writes (null: it does not probe)
+  bool pipelined = false;  // its helper projects ahead of the caller's steps (plan_threads, work_pipelined)
   std::vector<int64_t> row_tables;    // Layer::row_tables
   std::atomic<bool> finished{false};
   std::atomic<int> active{0};
@@ -361,11 +366,40 @@ bool probe_leaves(Call& c, int ch, int own, int me, size_t p, size_t* next) {
   return leave;
 }
 
+// The helper of a pipelined call (plan_threads): it projects the chunks ahead of the steps, each
+// into its slot of the ring once the steps that read the slot's last chunk are done, and shares
+// the steps while no slot is free and after the last chunk. The caller runs the phases in order,
+// as in any call: it finds a chunk projected, or takes the units left of it. Either thread may
+// take the other's work, so neither waits on the other's progress beyond a phase's end.
+// False: the helper leaves the call (do_phase).
+bool work_pipelined(Call& c, int own, int me) {
+  const std::vector<Phase>& ph = c.phases[0];
+  const PhaseSync* sync = c.sync[0].get();
+  auto done = [&](size_t q) { return sync[q].done.load(std::memory_order_acquire) >= ph[q].units; };
+  std::vector<size_t> proj;  // the projection phases, chunk by chunk
+  for (size_t q = 0; q < ph.size(); ++q)
+    if (ph[q].kind == kProject) proj.push_back(q);
+  const size_t ring = static_cast<size_t>(c.ly.ring);
+  if (!do_phase(c, 0, 0, own, me)) return false;  // the packing (W's panels)
+  size_t p = 1, k = 0;  // the first phase not known to be done; the next chunk to project
+  for (;;) {
+    while (p < ph.size() && done(p)) ++p;
+    if (p == ph.size()) return true;
+    while (k < proj.size() && proj[k] < p) ++k;  // chunks the caller projected
+    // chunk k's slot is free once chunk k - ring's steps are done: the phases before chunk
+    // k - ring + 1's projection
+    const bool ahead = k < proj.size() && (k < ring || done(proj[k - ring + 1] - 1));
+    if (!do_phase(c, 0, ahead ? proj[k] : p, own, me)) return false;
+    k += ahead;
+  }
+}
+
 // Work through every phase of chain ch from the current one (a group after the first helps
 // with, or waits for, its direction's packing first). False: this worker leaves the call.
 bool work_chain(Call& c, int ch, int own, int me) {
   const int D = static_cast<int>(c.ly.D);
   if (ch >= D && !do_phase(c, ch % D, 0, -1, me)) return false;
+  if (c.pipelined && me == 1) return work_pipelined(c, own, me);
   size_t p = 0;
   if (c.verdict && me == 1) {  // the helper of a call that probes: from the first step not yet done
     while (p < c.phases[ch].size() &&
@@ -431,7 +465,7 @@ int64_t layout_dir(Layer& ly, Dir& dr, float* base) {
   if (!ly.tangent) {
     dr.bx = take(G * Hp);
     dr.bh = take(Hp);
-    dr.proj = take(ly.chunk * N * nb * G * kBlock);
+    dr.proj = take(ly.ring * ly.chunk * N * nb * G * kBlock);
   }
   dr.h[0] = take(N * Hp);
   dr.h[1] = take(N * Hp);
@@ -748,6 +782,25 @@ void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
     const Verdict v = fresh_verdict(slot);
     if (v == kAlone) c.threads = 1;
     if (v == kUnknown) c.verdict = slot;
+  }
+  // A forward of one chain on two threads whose steps are larger than probing's and whose R fits
+  // one core's cache: the caller runs the steps, its helper projects the chunks ahead of them
+  // (work_pipelined), so the steps' state rarely crosses the cores. Sharing every step, the LSTM
+  // at N = 16, H = 128 spent 1.055x one thread's cycles on the steps (the state rows the other
+  // core wrote, the meetings); pipelined, the caller's steps took 0.92x them (rdtsc, its caches
+  // hold R and the states alone). On two threads (Zen 4, wall, two A/Bs of 21 and 31 rounds,
+  // two copies of the shared build 0.99-1.03x apart), the suite's batch-16 forwards of one
+  // direction took 0.82-0.99x the time (LSTM H = 128: 0.97-0.99x; L = 1000, H = 64: 0.93-0.96x;
+  // ragged 0.84-0.99x), the LSTM at N = 16, I = 256, H = 128 0.87x; with a third process spinning
+  // on a core, 0.95-1.07x (~1.02x, where the copies were 0.90-1.05x apart). Three slots against
+  // two: 0.97-1.03x; the third lets a helper that ran ahead sit out a late step of the caller.
+  // More threads a chain (a many-core host) are not measured and keep sharing the steps.
+  const int64_t chunks = (ly.L + ly.chunk - 1) / ly.chunk;
+  if (!ly.backward && !ly.tangent && c.threads == 2 && c.chains == 1 && group_flops > kProbeFlops && small_r &&
+      chunks > 1) {
+    c.pipelined = true;
+    ly.ring = 3;
+    pipelined_calls.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -1180,6 +1233,10 @@ PyObject* split_products(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(jaxgru_cpu::split_products.load(std::memory_order_relaxed));
 }
 
+PyObject* pipelined_calls(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(jaxgru_cpu::pipelined_calls.load(std::memory_order_relaxed));
+}
+
 PyObject* scratch_reuses(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(jaxgru_cpu::ScratchPool::get().reuses.load(std::memory_order_relaxed));
 }
@@ -1195,6 +1252,7 @@ PyMethodDef methods[] = {
      "Helpers that left a call whose steps they shared at no gain, so far."},
     {"grouped_calls", grouped_calls, METH_NOARGS, "Calls that ran their rows in more than one group, so far."},
     {"split_products", split_products, METH_NOARGS, "Backward calls whose dH = dG . R ran in parts, so far."},
+    {"pipelined_calls", pipelined_calls, METH_NOARGS, "Calls whose helper projected ahead of the steps, so far."},
     {"scratch_reuses", scratch_reuses, METH_NOARGS, "Calls whose scratch was a block an earlier call gave back, so far."},
     {"dr_min_rows", dr_min_rows, METH_NOARGS, "The smallest batch (and row group) whose backward computes dR."},
     {nullptr, nullptr, 0, nullptr}};

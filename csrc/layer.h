@@ -34,7 +34,7 @@ struct Dir {
   float* bx = nullptr;       // [G][Hp]: the bias added to X.W^T (Rb folded in except GRU lbr=1 h)
   float* bh = nullptr;       // [Hp]: GRU lbr=1, Rbh (inside r*(H.Rh^T + Rbh))
   float* peep = nullptr;     // [3][Hp]: LSTM peepholes i, o, f
-  float* proj = nullptr;     // [chunk][nb][N][G][16]: X.W^T + bx for one chunk of steps
+  float* proj = nullptr;     // [ring][chunk][nb][N][G][16]: X.W^T + bx, a chunk of steps a slot
   float* h[2] = {nullptr, nullptr};  // [N][Hp] each: the hidden state, double-buffered by step
   float* c = nullptr;        // [N][Hp]: LSTM cell state (tile-local: updated in place)
   float* z = nullptr;        // [N][Hp]: GRU lbr=0, z between the two phases of a step
@@ -72,6 +72,7 @@ struct Layer {
   // the projection reads W's rows
   bool r_rows = false, w_rows = false;
   int64_t chunk = 1;  // steps per input-projection chunk
+  int64_t ring = 1;   // chunks of projections held at once: chunk c in slot c % ring (pipelined calls: 3)
   // operands (time-major, float32) and results
   const float *x = nullptr, *w = nullptr, *r = nullptr, *b = nullptr, *p = nullptr;
   const float *h0 = nullptr, *c0 = nullptr;

@@ -519,6 +519,26 @@ def test_inference_groups_of_one_tile_where_two_would_leave_threads_idle(monkeyp
     assert mod.grouped_calls() > before
 
 
+@pytest.mark.parametrize(("cell", "opts"), GROUP_CASES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(GROUP_CASES)])
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+def test_pipelined_projections_match_xla(monkeypatch, cell, opts, direction):
+    """One chain on two threads whose steps are larger than probing's (N = 16, H = 56: 301-401
+    kFLOP a step) over 60 steps, three or four chunks of projections (21 or 16 steps): the helper
+    projects ahead into a ring of two slots, so the third chunk reuses the first's (csrc
+    work_pipelined). Ragged lengths include 0, the full length and ends on both sides of the
+    chunks' boundaries; the forward equals xla's (onnxruntime's Y_h of a length-0 sequence is 0,
+    not the initial state: semantics.md) and ran pipelined."""
+    monkeypatch.setenv(native.THREADS_ENV, "2")
+    lens = [60, 0, 15, 16, 17, 21, 22, 31, 32, 33, 42, 43, 47, 48, 1, 59]
+    case = random_case(np.random.default_rng(31), cell, L=60, N=16, I=24, H=56, direction=direction,
+                       h0=True, lens=lens, **opts)
+    mod, _ = native._module()
+    jax.clear_caches()  # the threads are read when a call is lowered
+    before = mod.pipelined_calls()
+    _check(case, atol=5e-5, ort=False)
+    assert mod.pipelined_calls() > before
+
+
 @pytest.mark.parametrize("wrong", [None, "gy", "dgh", "y", "res", "sums", "dr"])
 def test_backward_target_rejects_operands_and_results_of_the_wrong_size(wrong):
     """The GRU lbr=1 backward reads Y's cotangent and the forward's Y (both [L, D, N, H]) and
@@ -631,13 +651,24 @@ def test_scratch_is_kept_between_calls_and_initialised_by_each():
     assert mod.scratch_reuses() - before >= 8  # each cell: 2 NaN calls, the forward, the grad's two
 
 
-def test_concurrent_calls_from_eight_threads():
-    """No state shared between calls: 8 Python threads running one jitted layer at once."""
-    params = jaxgru.init_lstm(jax.random.key(0), 8, 32, bidirectional=True)
-    f = jax.jit(lambda p, x: jaxgru.lstm(p, x, direction="bidirectional", backend="cpu"))
-    xs = [jax.random.normal(jax.random.key(i), (9, 4, 8)) for i in range(8)]
-    want = [jaxgru.lstm(params, x, direction="bidirectional", backend="xla") for x in xs]
+@pytest.mark.parametrize(("direction", "shape"), [("bidirectional", (9, 4, 8, 32)), ("forward", (40, 16, 8, 64))],
+                         ids=["bidirectional", "pipelined"])
+def test_concurrent_calls_from_eight_threads(monkeypatch, direction, shape):
+    """No state shared between calls: 8 Python threads running one jitted layer at once, a small
+    bidirectional one and one whose helper projects ahead into its ring (csrc work_pipelined:
+    two threads a call, the pool's tasks start late under the load, and the callers take their
+    share)."""
+    L, N, I, H = shape
+    monkeypatch.setenv(native.THREADS_ENV, "2")
+    jax.clear_caches()  # the threads are read when a call is lowered
+    params = jaxgru.init_lstm(jax.random.key(0), I, H, bidirectional=direction == "bidirectional")
+    f = jax.jit(lambda p, x: jaxgru.lstm(p, x, direction=direction, backend="cpu"))
+    xs = [jax.random.normal(jax.random.key(i), (L, N, I)) for i in range(8)]
+    want = [jaxgru.lstm(params, x, direction=direction, backend="xla") for x in xs]
+    mod, _ = native._module()
+    before = mod.pipelined_calls()
     f(params, xs[0])  # compile once
+    assert (mod.pipelined_calls() > before) == (direction == "forward")
     got: list = [None] * 8
     errors: list = []
 
