@@ -696,7 +696,7 @@ def test_concurrent_calls_from_eight_threads(monkeypatch, direction, shape):
 # loses the core while it holds a unit.
 _LOSE_CORE = r"""
 import json, os, subprocess, sys
-probe = bool(os.environ.get("PROBE"))
+probe, pipelined = bool(os.environ.get("PROBE")), bool(os.environ.get("PIPELINED"))
 if probe:  # XLA's pool: two threads, whose small steps probe (the helper may sit some out)
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
 import jax, numpy as np
@@ -704,11 +704,13 @@ import jaxgru
 from jaxgru._src import native
 
 params = jaxgru.init_lstm(jax.random.key(0), 16, 64)
-x = jax.random.normal(jax.random.key(1), (200, 4, 16))
+x = jax.random.normal(jax.random.key(1), (200, 16 if pipelined else 4, 16))
 want = [np.asarray(o) for o in jaxgru.lstm(params, x, backend="xla")]
 f = jax.jit(lambda p, x: jaxgru.lstm(p, x, backend="cpu"))
-jax.block_until_ready(f(params, x))
 module, _ = native._module()
+piped = module.pipelined_calls()
+jax.block_until_ready(f(params, x))
+piped = module.pipelined_calls() - piped
 before = module.late_exits()
 cpu = min(os.sched_getaffinity(0))
 hog = f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
@@ -730,26 +732,30 @@ finally:
     for h in hogs:
         h.kill()
     module.force_probe(0)
-print(json.dumps({"late_exits": module.late_exits() - before, "calls": calls, "max_err": err}))
+print(json.dumps({"late_exits": module.late_exits() - before, "calls": calls, "max_err": err, "pipelined": piped}))
 """
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2,
                     reason="thread affinity and CPU clocks: Linux, two CPUs")
-@pytest.mark.parametrize("probe", [False, True], ids=["two-threads", "probing"])
-def test_threads_that_lose_their_core_leave_the_call(probe):
+@pytest.mark.parametrize("mode", ["two-threads", "probing", "pipelined"])
+def test_threads_that_lose_their_core_leave_the_call(mode):
     """A thread that loses its core while it holds a unit: the waiter sees from its CPU clock
     that it is not running, marks the phase late, the thread leaves the call after that unit
     (late_exits counts it) and every call still computes the layer. Probing: the calls' small
     steps probe (work_chain), and where the caller leaves while the helper sits steps out, the
-    helper runs the rest (it waited for them forever before)."""
+    helper runs the rest (it waited for them forever before). Pipelined (N = 16: the helper
+    projects ahead, work_pipelined): whichever thread leaves, the other runs the rest."""
     env = {k: v for k, v in os.environ.items() if k != native.THREADS_ENV}
-    env.update({"PROBE": "1"} if probe else {native.THREADS_ENV: "2"})
+    env.update({"PROBE": "1"} if mode == "probing" else {native.THREADS_ENV: "2"})
+    if mode == "pipelined":
+        env["PIPELINED"] = "1"
     out = subprocess.run([sys.executable, "-c", _LOSE_CORE], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["late_exits"] > 0, report
     assert report["max_err"] < 2e-5, report
+    assert (report["pipelined"] > 0) == (mode == "pipelined"), report
 
 
 # Run in a process of its own on two CPUs, so that XLA's pool has two threads and the calls'
