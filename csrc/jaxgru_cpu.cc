@@ -792,8 +792,8 @@ void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
   // two copies of the shared build 0.99-1.03x apart), the suite's batch-16 forwards of one
   // direction took 0.82-0.99x the time (LSTM H = 128: 0.97-0.99x; L = 1000, H = 64: 0.93-0.96x;
   // ragged 0.84-0.99x), the LSTM at N = 16, I = 256, H = 128 0.87x; with a third process spinning
-  // on a core, 0.95-1.07x (~1.02x, where the copies were 0.90-1.05x apart). Three slots against
-  // two: 0.97-1.03x; the third lets a helper that ran ahead sit out a late step of the caller.
+  // on a core, 0.90-1.08x (~1.02x, where the copies were 0.90-1.05x apart). Three slots against
+  // two: 0.97-1.04x; the third lets a helper that ran ahead sit out a late step of the caller.
   // More threads a chain (a many-core host) are not measured and keep sharing the steps.
   const int64_t chunks = (ly.L + ly.chunk - 1) / ly.chunk;
   if (!ly.backward && !ly.tangent && c.threads == 2 && c.chains == 1 && group_flops > kProbeFlops && small_r &&
