@@ -557,8 +557,7 @@ void plan_phases(Call& c, int ch) {
   const int cell = ly.cell;
   const int rs = c.k->rows_step[cell][0], rb = c.k->rows_step[cell][1];
   pl.pack(kPack);
-  const int64_t chunks = (ly.L + ly.chunk - 1) / ly.chunk;
-  for (int64_t k = 0; k < chunks; ++k) {
+  for (int64_t k = 0; k < ly.chunks(); ++k) {
     const int64_t t0 = k * ly.chunk, t1 = std::min(ly.L, t0 + ly.chunk);
     pl.add(kProject, k, (t1 - t0) * pl.rows, c.k->rows_proj);
     for (int64_t t = t0; t < t1; ++t) {
@@ -788,18 +787,18 @@ void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
   // (work_pipelined), so the steps' state rarely crosses the cores. Sharing every step, the LSTM
   // at N = 16, H = 128 spent 1.055x one thread's cycles on the steps (the state rows the other
   // core wrote, the meetings); pipelined, the caller's steps took 0.92x them (rdtsc, its caches
-  // hold R and the states alone). On two threads (Zen 4, wall, two A/Bs of 21 and 31 rounds,
+  // hold R and the states alone). On two threads (Zen 4, wall, three A/Bs of 21-31 rounds,
   // two copies of the shared build 0.99-1.03x apart), the suite's batch-16 forwards of one
   // direction took 0.82-0.99x the time (LSTM H = 128: 0.97-0.99x; L = 1000, H = 64: 0.93-0.96x;
   // ragged 0.84-0.99x), the LSTM at N = 16, I = 256, H = 128 0.87x; with a third process spinning
   // on a core, 0.90-1.08x (~1.02x, where the copies were 0.90-1.05x apart). Three slots against
   // two: 0.97-1.04x; the third lets a helper that ran ahead sit out a late step of the caller.
   // More threads a chain (a many-core host) are not measured and keep sharing the steps.
-  const int64_t chunks = (ly.L + ly.chunk - 1) / ly.chunk;
+  constexpr int64_t kRing = 3;
   if (!ly.backward && !ly.tangent && c.threads == 2 && c.chains == 1 && group_flops > kProbeFlops && small_r &&
-      chunks > 1) {
+      ly.chunks() > 1) {
     c.pipelined = true;
-    ly.ring = 3;
+    ly.ring = kRing;
     pipelined_calls.fetch_add(1, std::memory_order_relaxed);
   }
 }

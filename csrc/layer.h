@@ -125,6 +125,9 @@ struct Layer {
   Dir dir[2];
 
   int64_t len(int64_t n) const { return ragged ? lens[n] : L; }
+  int64_t chunks() const { return (L + chunk - 1) / chunk; }
+  // where chunk k's input projections are in Dir::proj (floats): its slot of the ring
+  int64_t proj_slot(int64_t k) const { return (k % ring) * chunk * nb * N * G * kBlock; }
   // time index that processing step t of direction d reads / writes for batch row n
   int64_t time_of(int d, int64_t t, int64_t n) const {
     int64_t l = len(n);
