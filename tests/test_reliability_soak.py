@@ -1,5 +1,6 @@
 """Soak and concurrency: thousands of mixed-shape calls on each backend with bounded process
-memory and bounded device caches, 8 threads calling both backends at once (with a device loss
+memory and bounded device caches (and native calls that run pipelined on two threads), 8
+threads calling both backends at once (with a device loss
 in the middle), repeated device losses, and a clean interpreter exit with work in flight.
 
 The default run makes ``SOAK_CALLS`` calls per backend; the ``slow`` soak makes
@@ -47,19 +48,31 @@ SHAPES = [
     Config(cell="lstm", L=2, N=4, I=1, H=7, direction="reverse", clip=0.8, lens=(2, 2, 1, 0)),
 ]
 
+# one-direction calls that the native lowering runs pipelined on two threads (csrc
+# work_pipelined: N = 16, H = 56-64, several chunks of projections); weights of ~1/sqrt(H), as in
+# the fuzz's pipelined calls (larger ones make 40-60 steps chaotic, and rounding is all that differs)
+PIPELINED_SHAPES = [
+    Config(cell="lstm", L=40, N=16, I=8, H=64, lens=(40, 0, 17, 33, 40, 16, 1, 39, 32, 40, 15, 31, 8, 40, 24, 2),
+           peep=True, scale=0.05),
+    Config(cell="gru", L=60, N=16, I=5, H=56, direction="reverse", layout=1, lbr=True, scale=0.05),
+    Config(cell="gru", L=50, N=16, I=24, H=64, acts=("HardSigmoid", "Softsign"), alpha=(0.3,), beta=(0.4,),
+           scale=0.05),
+]
+
 
 def _slow_requested(config) -> bool:
     return os.environ.get("JAXGRU_SLOW") == "1" or "slow" in (config.getoption("-m") or "")
 
 
 class Soak:
-    """Jitted calls for every shape of SHAPES on one backend; inputs change on every call."""
+    """Jitted calls for every shape of `shapes` on one backend; inputs change on every call."""
 
-    def __init__(self, backend: str):
+    def __init__(self, backend: str, shapes: list[Config] = SHAPES):
         self.backend = backend
-        self.cases = [build_case(cfg)[0] for cfg in SHAPES]
+        self.shapes = shapes
+        self.cases = [build_case(cfg)[0] for cfg in shapes]
         self.fns = []
-        for cfg, case in zip(SHAPES, self.cases, strict=True):
+        for cfg, case in zip(shapes, self.cases, strict=True):
             fn = jaxgru.gru if cfg.cell == "gru" else jaxgru.lstm
             kw = {k: v for k, v in case.kwargs(cfg.layout).items() if k not in ("initial_h", "initial_c")}
             self.fns.append(jax.jit(lambda p, x, h, c, fn=fn, kw=kw: fn(
@@ -68,8 +81,8 @@ class Soak:
     def inputs(self, k: int):
         """Call k: its shape, and values that differ from call to call (new weights every 50
         calls, so the device weight cache sees misses and evictions)."""
-        i = k % len(SHAPES)
-        cfg, case = SHAPES[i], self.cases[i]
+        i = k % len(self.shapes)
+        cfg, case = self.shapes[i], self.cases[i]
         x = case.x * np.float32(1 + (k % 11) / 5)
         params = jax.tree.map(lambda a: a * np.float32(1 + (k // 50) % 13 / 20), case.params)
         rng = np.random.default_rng(k)
@@ -80,7 +93,7 @@ class Soak:
 
     def call(self, k: int):
         i, params, x, h, c = self.inputs(k)
-        cfg = SHAPES[i]
+        cfg = self.shapes[i]
         if cfg.layout == 1:
             x, h, c = np.swapaxes(x, 0, 1), np.swapaxes(h, 0, 1), None if c is None else np.swapaxes(c, 0, 1)
         return jax.block_until_ready(self.fns[i](params, x, h, c))
@@ -88,7 +101,7 @@ class Soak:
     def check(self, k: int, outs) -> None:
         """Compare call k's outputs with onnxruntime."""
         i, params, x, h, c = self.inputs(k)
-        cfg, case = SHAPES[i], self.cases[i]
+        cfg, case = self.shapes[i], self.cases[i]
         ref = dataclasses.replace(case, x=x, w=np.asarray(params.w), r=np.asarray(params.r),
                                   b=None if params.b is None else np.asarray(params.b),
                                   p=getattr(params, "p", None), h0=h, c0=c)
@@ -101,9 +114,9 @@ class Soak:
             assert_agree(g, w, "float32", f"call {k} ({cfg}), output {j}")
 
 
-def _soak(backend: str, calls: int) -> dict:
-    soak = Soak(backend)
-    for k in range(3 * len(SHAPES)):  # warm-up: compile, pipelines, pool size classes, the oracle
+def _soak(backend: str, calls: int, shapes: list[Config] = SHAPES) -> dict:
+    soak = Soak(backend, shapes)
+    for k in range(3 * len(shapes)):  # warm-up: compile, pipelines, pool size classes, the oracle
         soak.check(k, soak.call(k))
     if backend == "wgsl":
         runtime.runtime().finish_call()
@@ -142,6 +155,21 @@ def _soak(backend: str, calls: int) -> dict:
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 def test_soak_mixed_shapes(backend):
     _soak(backend, SOAK_CALLS)
+
+
+@pytest.mark.native
+def test_soak_pipelined_native_calls(monkeypatch):
+    """3,000 native calls on two threads whose helper projects ahead of the caller's steps (ragged
+    lengths with 0, reverse, layout 1, other activations): process memory bounded, every 97th
+    against onnxruntime, and every call ran pipelined."""
+    from jaxgru._src import native
+
+    monkeypatch.setenv(native.THREADS_ENV, "2")
+    jax.clear_caches()  # the threads are read when a call is lowered
+    module, _ = native._module()
+    before = module.pipelined_calls()
+    report = _soak("cpu", 3000, PIPELINED_SHAPES)
+    assert module.pipelined_calls() - before == 3000 + 3 * len(PIPELINED_SHAPES), report
 
 
 @pytest.mark.slow
