@@ -523,19 +523,20 @@ def test_inference_groups_of_one_tile_where_two_would_leave_threads_idle(monkeyp
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
 def test_pipelined_projections_match_xla(monkeypatch, cell, opts, direction):
     """One chain on two threads whose steps are larger than probing's (N = 16, H = 56: 301-401
-    kFLOP a step) over 60 steps, three or four chunks of projections (21 or 16 steps): the helper
-    projects ahead into a ring of two slots, so the third chunk reuses the first's (csrc
+    kFLOP a step) over 90 steps, five or six chunks of projections (21 or 16 steps): the helper
+    projects ahead into a ring of three slots, so the chunks from the fourth on reuse slots (csrc
     work_pipelined). Ragged lengths include 0, the full length and ends on both sides of the
     chunks' boundaries; the forward equals xla's (onnxruntime's Y_h of a length-0 sequence is 0,
     not the initial state: semantics.md) and ran pipelined."""
     monkeypatch.setenv(native.THREADS_ENV, "2")
-    lens = [60, 0, 15, 16, 17, 21, 22, 31, 32, 33, 42, 43, 47, 48, 1, 59]
-    case = random_case(np.random.default_rng(31), cell, L=60, N=16, I=24, H=56, direction=direction,
-                       h0=True, lens=lens, **opts)
+    lens = [90, 0, 16, 17, 21, 22, 32, 33, 42, 43, 48, 63, 64, 84, 85, 1]
+    # weights of ~1/sqrt(H): at 0.5, 90 steps are chaotic and xla's rounding and ours grow apart
+    case = random_case(np.random.default_rng(31), cell, L=90, N=16, I=24, H=56, direction=direction,
+                       h0=True, lens=lens, scale=0.1, **opts)
     mod, _ = native._module()
     jax.clear_caches()  # the threads are read when a call is lowered
     before = mod.pipelined_calls()
-    _check(case, atol=5e-5, ort=False)
+    _check(case, ort=False)
     assert mod.pipelined_calls() > before
 
 
@@ -651,7 +652,7 @@ def test_scratch_is_kept_between_calls_and_initialised_by_each():
     assert mod.scratch_reuses() - before >= 8  # each cell: 2 NaN calls, the forward, the grad's two
 
 
-@pytest.mark.parametrize(("direction", "shape"), [("bidirectional", (9, 4, 8, 32)), ("forward", (40, 16, 8, 64))],
+@pytest.mark.parametrize(("direction", "shape"), [("bidirectional", (9, 4, 8, 32)), ("forward", (70, 16, 8, 64))],
                          ids=["bidirectional", "pipelined"])
 def test_concurrent_calls_from_eight_threads(monkeypatch, direction, shape):
     """No state shared between calls: 8 Python threads running one jitted layer at once, a small
