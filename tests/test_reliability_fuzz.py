@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from oracles import Case, numpy_run, ort_run
 
 import jaxgru
+from jaxgru._src import native
 from jaxgru._src.activations import NAMES, lookup
 from jaxgru._src.backends import NativeUnavailableError
 from jaxgru._src.webgpu.runtime import WGPUUnavailableError
@@ -333,8 +334,6 @@ def test_fuzz_cpu_matches_xla_and_onnxruntime(cfg):
 @contextlib.contextmanager
 def cpu_threads(n: int):
     """The native lowering's calls on n threads (JAXGRU_CPU_THREADS, read when a call is lowered)."""
-    from jaxgru._src import native
-
     old = os.environ.get(native.THREADS_ENV)
     os.environ[native.THREADS_ENV] = str(n)
     jax.clear_caches()

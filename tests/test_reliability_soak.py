@@ -28,6 +28,7 @@ from test_reliability_fuzz import Config, assert_agree, build_case, expected_fro
 from test_wgsl_backend import _rss_mib
 
 import jaxgru
+from jaxgru._src import native
 from jaxgru._src.webgpu import counters, runtime
 
 SOAK_CALLS = 10_000  # per backend, in the default run (about 3 s on xla, 20 s on lavapipe)
@@ -163,8 +164,6 @@ def test_soak_pipelined_native_calls(monkeypatch):
     """3,000 native calls on two threads whose helper projects ahead of the caller's steps (ragged
     lengths with 0, reverse, layout 1, other activations): process memory bounded, every 97th
     against onnxruntime, and every call ran pipelined."""
-    from jaxgru._src import native
-
     monkeypatch.setenv(native.THREADS_ENV, "2")
     jax.clear_caches()  # the threads are read when a call is lowered
     module, _ = native._module()
