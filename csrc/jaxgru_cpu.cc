@@ -129,7 +129,6 @@ struct Call {
   int ranges[kMaxChains] = {};
   Scratch scratch;  // not zeroed: every buffer is initialised or written before it is read
   std::atomic<int64_t>* verdict = nullptr;  // where this call's probe writes (null: it does not probe)
-  bool pipelined = false;  // its helper projects ahead of the caller's steps (plan_threads, work_pipelined)
   std::vector<int64_t> row_tables;    // Layer::row_tables
   std::atomic<bool> finished{false};
   std::atomic<int> active{0};
@@ -399,7 +398,7 @@ bool work_pipelined(Call& c, int own, int me) {
 bool work_chain(Call& c, int ch, int own, int me) {
   const int D = static_cast<int>(c.ly.D);
   if (ch >= D && !do_phase(c, ch % D, 0, -1, me)) return false;
-  if (c.pipelined && me == 1) return work_pipelined(c, own, me);
+  if (c.ly.pipelined() && me == 1) return work_pipelined(c, own, me);
   size_t p = 0;
   if (c.verdict && me == 1) {  // the helper of a call that probes: from the first step not yet done
     while (p < c.phases[ch].size() &&
@@ -797,7 +796,6 @@ void plan_threads(Call& c, ffi::ThreadPool& pool, int64_t cap) {
   constexpr int64_t kRing = 3;
   if (!ly.backward && !ly.tangent && c.threads == 2 && c.chains == 1 && group_flops > kProbeFlops && small_r &&
       ly.chunks() > 1) {
-    c.pipelined = true;
     ly.ring = kRing;
     pipelined_calls.fetch_add(1, std::memory_order_relaxed);
   }

@@ -126,6 +126,8 @@ struct Layer {
 
   int64_t len(int64_t n) const { return ragged ? lens[n] : L; }
   int64_t chunks() const { return (L + chunk - 1) / chunk; }
+  // whether a helper projects ahead of the steps (a ring of several chunks: work_pipelined)
+  bool pipelined() const { return ring > 1; }
   // where chunk k's input projections are in Dir::proj (floats): its slot of the ring
   int64_t proj_slot(int64_t k) const { return (k % ring) * chunk * nb * N * G * kBlock; }
   // time index that processing step t of direction d reads / writes for batch row n

@@ -333,18 +333,15 @@ def test_fuzz_cpu_matches_xla_and_onnxruntime(cfg):
 
 @contextlib.contextmanager
 def cpu_threads(n: int):
-    """The native lowering's calls on n threads (JAXGRU_CPU_THREADS, read when a call is lowered)."""
-    old = os.environ.get(native.THREADS_ENV)
-    os.environ[native.THREADS_ENV] = str(n)
-    jax.clear_caches()
-    try:
-        yield native._module()[0]
-    finally:
-        if old is None:
-            del os.environ[native.THREADS_ENV]
-        else:
-            os.environ[native.THREADS_ENV] = old
+    """The native lowering's calls on n threads (JAXGRU_CPU_THREADS, read when a call is lowered).
+    A context, not the monkeypatch fixture: hypothesis runs many examples in one test call."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(native.THREADS_ENV, str(n))
         jax.clear_caches()
+        try:
+            yield native._module()[0]
+        finally:
+            jax.clear_caches()
 
 
 @pytest.mark.native
