@@ -464,7 +464,7 @@ int64_t layout_dir(Layer& ly, Dir& dr, float* base) {
   if (!ly.tangent) {
     dr.bx = take(G * Hp);
     dr.bh = take(Hp);
-    dr.proj = take(ly.ring * ly.chunk * N * nb * G * kBlock);
+    dr.proj = take(ly.ring * ly.chunk * ly.proj_step());
   }
   dr.h[0] = take(N * Hp);
   dr.h[1] = take(N * Hp);
@@ -557,7 +557,7 @@ void plan_phases(Call& c, int ch) {
   const int rs = c.k->rows_step[cell][0], rb = c.k->rows_step[cell][1];
   pl.pack(kPack);
   for (int64_t k = 0; k < ly.chunks(); ++k) {
-    const int64_t t0 = k * ly.chunk, t1 = std::min(ly.L, t0 + ly.chunk);
+    const int64_t t0 = k * ly.chunk, t1 = t0 + ly.chunk_steps(k);
     pl.add(kProject, k, (t1 - t0) * pl.rows, c.k->rows_proj);
     for (int64_t t = t0; t < t1; ++t) {
       pl.add(kStep, t, pl.rows, rs);

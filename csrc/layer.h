@@ -125,11 +125,15 @@ struct Layer {
   Dir dir[2];
 
   int64_t len(int64_t n) const { return ragged ? lens[n] : L; }
+  // the input projections' chunks: how many, and chunk k's steps (the last may be shorter)
   int64_t chunks() const { return (L + chunk - 1) / chunk; }
+  int64_t chunk_steps(int64_t k) const { return L - k * chunk < chunk ? L - k * chunk : chunk; }
   // whether a helper projects ahead of the steps (a ring of several chunks: work_pipelined)
   bool pipelined() const { return ring > 1; }
-  // where chunk k's input projections are in Dir::proj (floats): its slot of the ring
-  int64_t proj_slot(int64_t k) const { return (k % ring) * chunk * nb * N * G * kBlock; }
+  // Dir::proj (floats): a step's projections, chunk k in slot k % ring, and step t's place
+  int64_t proj_step() const { return N * nb * G * kBlock; }
+  int64_t proj_slot(int64_t k) const { return (k % ring) * chunk * proj_step(); }
+  int64_t proj_of_step(int64_t t) const { return proj_slot(t / chunk) + (t % chunk) * proj_step(); }
   // time index that processing step t of direction d reads / writes for batch row n
   int64_t time_of(int d, int64_t t, int64_t n) const {
     int64_t l = len(n);
