@@ -1,4 +1,4 @@
-"""The native lowering's probe of small shared steps (csrc/jaxgru_cpu.cc, work_chain), wall time:
+"""The native lowering's probe of small shared steps (csrc/schedule.inc, work_chain), wall time:
 the default (two threads that probe whether they should share), the same two threads without
 the probe (the plans before it), and one thread (``JAXGRU_CPU_THREADS=1``).
 

@@ -11,7 +11,7 @@ threads share it (each one's default over its one thread: the speed-up).
 
 A step of these cases is 25-600 kFLOP: a few microseconds, so the threads of a call meet
 thousands of times per call, and a thread that loses its core while holding a unit stalls the
-others (csrc/jaxgru_cpu.cc). The busy run measures what that costs: with the stall bounded,
+others (csrc/schedule.inc). The busy run measures what that costs: with the stall bounded,
 the default should stay near one thread's time when the cores are taken. ``--case`` times cases
 of its own instead (repeatable; e.g. the short training calls of csrc's kCallFlops). Samples are
 the suite's (run.sampled_medians: as many back-to-back calls as make 5 ms). Writes

@@ -8,7 +8,7 @@
 #define JAXGRU_ISA_NAME "avx2"
 static constexpr int kMaxRows = 6, kRowsProj = 6, kRowsGru = 6, kRowsGruB = 4, kRowsLstm = 6;
 static constexpr bool kGatePanels = true;
-// the inference forward's row groups hold two full step tiles at least (jaxgru_cpu.cc plan_threads)
+// the inference forward's row groups hold two full step tiles at least (plan.inc plan_threads)
 static constexpr int kGroupTiles = 2;
 #include "kernels.inc"
 namespace jaxgru_cpu { const Kernels& kernels_avx2() { return avx2::kernels(); } }

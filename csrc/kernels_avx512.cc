@@ -5,6 +5,6 @@
 #define JAXGRU_ISA_NAME "avx512"
 static constexpr int kMaxRows = 8, kRowsProj = 6, kRowsGru = 7, kRowsGruB = 8, kRowsLstm = 6;
 static constexpr bool kGatePanels = false;
-static constexpr int kGroupTiles = 2;  // jaxgru_cpu.cc plan_threads
+static constexpr int kGroupTiles = 2;  // plan.inc plan_threads
 #include "kernels.inc"
 namespace jaxgru_cpu { const Kernels& kernels_avx512() { return avx512::kernels(); } }

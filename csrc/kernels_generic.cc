@@ -9,6 +9,6 @@ static constexpr int kMaxRows = 4, kRowsProj = 2, kRowsGru = 2, kRowsGruB = 4, k
 static constexpr int kMaxRows = 2, kRowsProj = 1, kRowsGru = 1, kRowsGruB = 2, kRowsLstm = 1;
 #endif
 static constexpr bool kGatePanels = false;
-static constexpr int kGroupTiles = 1;  // jaxgru_cpu.cc plan_threads
+static constexpr int kGroupTiles = 1;  // plan.inc plan_threads
 #include "kernels.inc"
 namespace jaxgru_cpu { const Kernels& kernels_generic() { return generic::kernels(); } }

@@ -285,7 +285,7 @@ def test_few_rows_project_through_w_unpacked(monkeypatch, isa, cell, opts, L, N)
 @pytest.mark.parametrize(("N", "threads"), [(1, "1"), (1, "2"), (3, "2")])
 def test_steps_in_alternating_unit_order_match_xla(monkeypatch, cell, opts, N, threads):
     """Where a step's rows fit one tile (N = 1 and 3 here), every other step runs its units last to
-    first (csrc/jaxgru_cpu.cc, Planner::add), on each thread's range and under stealing: with 20
+    first (csrc/plan.inc, Planner::add), on each thread's range and under stealing: with 20
     steps (R in panels) and H = 80 (5 blocks, split unevenly over the threads), the outputs,
     gradients and jvp equal xla's."""
     monkeypatch.setenv(native.THREADS_ENV, threads)
