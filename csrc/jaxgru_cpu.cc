@@ -384,15 +384,18 @@ PyObject* registrations(PyObject*, PyObject*) {
   return d;
 }
 
+// A diagnostic counter of the module (schedule.inc, plan.inc), read for tests and benchmarks.
+template <std::atomic<uint64_t>* kCount>
+PyObject* count(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(kCount->load(std::memory_order_relaxed));
+}
+
 PyObject* isa(PyObject*, PyObject* arg) {
   long want = PyLong_AsLong(arg);
   if (want == -1 && PyErr_Occurred()) return nullptr;
   return PyUnicode_FromString(jaxgru_cpu::select_kernels(static_cast<int>(want)).name);
 }
 
-PyObject* costly_meeting_exits(PyObject*, PyObject*) {
-  return PyLong_FromUnsignedLongLong(jaxgru_cpu::costly_meeting_exits.load(std::memory_order_relaxed));
-}
 PyObject* force_probe(PyObject*, PyObject* arg) {
   const long v = PyLong_AsLong(arg);
   if (v == -1 && PyErr_Occurred()) return nullptr;
@@ -406,23 +409,8 @@ PyObject* force_probe(PyObject*, PyObject* arg) {
       for (auto& w : kind) w.store(0, std::memory_order_relaxed);
   Py_RETURN_NONE;
 }
-PyObject* late_exits(PyObject*, PyObject*) {
-  return PyLong_FromUnsignedLongLong(jaxgru_cpu::late_exits.load(std::memory_order_relaxed));
-}
 
 PyObject* dr_min_rows(PyObject*, PyObject*) { return PyLong_FromLongLong(jaxgru_cpu::kDrRows); }
-
-PyObject* grouped_calls(PyObject*, PyObject*) {
-  return PyLong_FromUnsignedLongLong(jaxgru_cpu::grouped_calls.load(std::memory_order_relaxed));
-}
-
-PyObject* split_products(PyObject*, PyObject*) {
-  return PyLong_FromUnsignedLongLong(jaxgru_cpu::split_products.load(std::memory_order_relaxed));
-}
-
-PyObject* pipelined_calls(PyObject*, PyObject*) {
-  return PyLong_FromUnsignedLongLong(jaxgru_cpu::pipelined_calls.load(std::memory_order_relaxed));
-}
 
 PyObject* scratch_reuses(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(jaxgru_cpu::ScratchPool::get().reuses.load(std::memory_order_relaxed));
@@ -431,15 +419,19 @@ PyObject* scratch_reuses(PyObject*, PyObject*) {
 PyMethodDef methods[] = {
     {"registrations", registrations, METH_NOARGS, "FFI target name -> PyCapsule of its handler."},
     {"isa", isa, METH_O, "The kernels used for a requested ISA (0 best, 1 avx512, 2 avx2, 3 generic)."},
-    {"late_exits", late_exits, METH_NOARGS, "Threads that left a call after holding up a phase, so far."},
+    {"late_exits", count<&jaxgru_cpu::late_exits>, METH_NOARGS,
+     "Threads that left a call after holding up a phase, so far."},
     {"force_probe", force_probe, METH_O,
      "Tests, benchmarks: probes of small shared steps measure (0), decide 1 (shared) or 2 (alone; both clear the "
      "kept verdicts), or are off (3)."},
-    {"costly_meeting_exits", costly_meeting_exits, METH_NOARGS,
+    {"costly_meeting_exits", count<&jaxgru_cpu::costly_meeting_exits>, METH_NOARGS,
      "Helpers that left a call whose steps they shared at no gain, so far."},
-    {"grouped_calls", grouped_calls, METH_NOARGS, "Calls that ran their rows in more than one group, so far."},
-    {"split_products", split_products, METH_NOARGS, "Backward calls whose dH = dG . R ran in parts, so far."},
-    {"pipelined_calls", pipelined_calls, METH_NOARGS, "Calls whose helper projected ahead of the steps, so far."},
+    {"grouped_calls", count<&jaxgru_cpu::grouped_calls>, METH_NOARGS,
+     "Calls that ran their rows in more than one group, so far."},
+    {"split_products", count<&jaxgru_cpu::split_products>, METH_NOARGS,
+     "Backward calls whose dH = dG . R ran in parts, so far."},
+    {"pipelined_calls", count<&jaxgru_cpu::pipelined_calls>, METH_NOARGS,
+     "Calls whose helper projected ahead of the steps, so far."},
     {"scratch_reuses", scratch_reuses, METH_NOARGS, "Calls whose scratch was a block an earlier call gave back, so far."},
     {"dr_min_rows", dr_min_rows, METH_NOARGS, "The smallest batch (and row group) whose backward computes dR."},
     {nullptr, nullptr, 0, nullptr}};
