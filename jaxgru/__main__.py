@@ -126,15 +126,20 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _build_native(args: argparse.Namespace) -> int:
-    """Build the native CPU extension of a source checkout in place (development)."""
+    """Build the native CPU extension of a source checkout, by default into its own jaxgru/ (development)."""
     import shutil
     import subprocess
 
-    root = pathlib.Path(__file__).resolve().parents[1]
+    root = pathlib.Path(args.source).resolve() if args.source else pathlib.Path(__file__).resolve().parents[1]
     cmake = shutil.which("cmake")
     if not (root / "CMakeLists.txt").is_file() or cmake is None:
         print("python -m jaxgru build-native needs a source checkout (CMakeLists.txt) and cmake on PATH; "
-              f"looked in {root}.", file=sys.stderr)
+              f"--source: looked in {root}.", file=sys.stderr)
+        return 2
+    dest = pathlib.Path(args.dest) if args.dest else root / "jaxgru"
+    if not dest.is_dir():
+        print(f"python -m jaxgru build-native: --dest must be an existing folder; got {str(dest)!r}.",
+              file=sys.stderr)
         return 2
     build = pathlib.Path(args.build_dir) if args.build_dir else root / "build-native"
     extension = "_jaxgru_cpu*"  # what the build makes (CMakeLists.txt's target, with its suffix)
@@ -155,10 +160,10 @@ def _build_native(args: argparse.Namespace) -> int:
     for so in built:
         # a new file moved into place: overwriting a loaded extension in place crashes the
         # processes that have it mapped (a test run in another shell)
-        tmp = root / "jaxgru" / f".{so.name}.tmp"
+        tmp = dest / f".{so.name}.tmp"
         shutil.copy2(so, tmp)
-        tmp.replace(root / "jaxgru" / so.name)
-        print(f"built {root / 'jaxgru' / so.name}")
+        tmp.replace(dest / so.name)
+        print(f"built {dest / so.name}")
     return 0
 
 
@@ -250,11 +255,14 @@ def _add_build_native(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p = sub.add_parser(
         "build-native", help="build the native CPU lowering of a source checkout in place (development)",
         description="Configure and build CMakeLists.txt into build-native/ and copy the extension "
-        "(_jaxgru_cpu*.so) into jaxgru/, where an uninstalled checkout loads it from. "
+        "(_jaxgru_cpu*.so) into jaxgru/, where an uninstalled checkout loads it from; --source and "
+        "--dest build another checkout (a git worktree of another revision) or copy elsewhere. "
         "`pip install` builds it by itself.",
     )
     p.add_argument("--jobs", type=_positive, default=2, help="parallel compile jobs")
-    p.add_argument("--build-dir", default="", help="CMake's build folder (default: build-native/ of the checkout)")
+    p.add_argument("--source", default="", help="the checkout to build (default: the one jaxgru is imported from)")
+    p.add_argument("--dest", default="", help="the folder to copy the extension into (default: jaxgru/ of the source)")
+    p.add_argument("--build-dir", default="", help="CMake's build folder (default: build-native/ of the source)")
     p.add_argument("--define", action="append", default=[], metavar="NAME=VALUE", type=_cmake_define,
                    help="a CMake cache entry for the configure (repeatable)")
     p.set_defaults(fn=_build_native)

@@ -135,6 +135,34 @@ def test_build_native_does_not_pass_off_an_earlier_build_as_this_one(tmp_path):
     assert not stale.exists() and not (ROOT / "jaxgru" / stale.name).exists()
 
 
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not on PATH")
+def test_build_native_builds_the_source_it_is_given_into_dest(tmp_path):
+    """--source builds another checkout (prepare.sh: a git worktree of another revision) and
+    --dest receives the extension; the imported checkout's jaxgru/ is left alone. The source is a
+    stand-in project whose configure writes an extension-named file saying where it came from."""
+    source, dest, build = tmp_path / "source", tmp_path / "dest", tmp_path / "build"
+    source.mkdir()
+    dest.mkdir()
+    (source / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(standin LANGUAGES NONE)\n"
+        'file(WRITE "${CMAKE_BINARY_DIR}/_jaxgru_cpu.standin.so" "from ${CMAKE_CURRENT_SOURCE_DIR}")\n')
+    out = _run("build-native", "--source", str(source), "--dest", str(dest), "--build-dir", str(build))
+    assert out.returncode == 0, out.stderr[-2000:]
+    built = dest / "_jaxgru_cpu.standin.so"
+    assert built.read_text() == f"from {source.resolve()}" and f"built {built}" in out.stdout
+    assert not (ROOT / "jaxgru" / built.name).exists() and not (source / "jaxgru").exists()
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not on PATH")
+@pytest.mark.parametrize("arg", ["--source", "--dest"])
+def test_build_native_names_a_source_or_dest_it_cannot_use(arg, tmp_path):
+    missing = tmp_path / "missing"
+    out = _run("build-native", arg, str(missing), "--build-dir", str(tmp_path / "build"))
+    assert out.returncode == 2
+    assert arg in out.stderr and str(missing) in out.stderr, out.stderr
+    assert not (tmp_path / "build").exists()  # refused before any configure
+
+
 @pytest.mark.parametrize("bad", ["NOVALUE", "=1"])
 def test_build_native_rejects_a_define_that_is_not_name_equals_value(bad):
     out = _run("build-native", "--define", bad)

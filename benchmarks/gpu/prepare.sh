@@ -36,14 +36,15 @@ for name in wgpu cffi pycparser rendercanvas; do
         -d .whl "$name==$version"
 done
 
-# stable-ABI builds of the native extension: build-native's configure, with the limited API
+# stable-ABI builds of the native extension: build-native with the limited API, into a scratch
+# folder (by default it builds the checkout jaxgru is imported from into that checkout's jaxgru/)
 abi3() {  # abi3 SOURCE_ROOT OUT.so
     local build
     build=$(mktemp -d)
-    { cmake -S "$1" -B "$build" -DPython_EXECUTABLE="$($PY -c 'import sys; print(sys.executable)')" \
-          -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-DPy_LIMITED_API=0x030A0000 \
-      && cmake --build "$build" -j "$(nproc)"; } > "$build.log" 2>&1 || { cat "$build.log"; return 1; }
-    cp "$build"/_jaxgru_cpu*.so "$2"
+    mkdir "$build/out"
+    $PY -m jaxgru build-native --source "$1" --build-dir "$build" --dest "$build/out" --jobs "$(nproc)" \
+        --define CMAKE_CXX_FLAGS=-DPy_LIMITED_API=0x030A0000 > "$build.log" 2>&1 || { cat "$build.log"; return 1; }
+    mv "$build"/out/_jaxgru_cpu*.so "$2"
     rm -rf "$build" "$build.log"
 }
 abi3 . .whl/_jaxgru_cpu.abi3.so
