@@ -432,6 +432,9 @@ PyMethodDef methods[] = {
      "Backward calls whose dH = dG . R ran in parts, so far."},
     {"pipelined_calls", count<&jaxgru_cpu::pipelined_calls>, METH_NOARGS,
      "Calls whose helper projected ahead of the steps, so far."},
+    {"sleeps", count<&jaxgru_cpu::sleeps>, METH_NOARGS, "Waits of a call's threads that slept, so far."},
+    {"lost_wakes", count<&jaxgru_cpu::lost_wakes>, METH_NOARGS,
+     "Sleeps whose awaited change came without its wake, so far (a broken wake: always 0)."},
     {"scratch_reuses", scratch_reuses, METH_NOARGS, "Calls whose scratch was a block an earlier call gave back, so far."},
     {"dr_min_rows", dr_min_rows, METH_NOARGS, "The smallest batch (and row group) whose backward computes dR."},
     {nullptr, nullptr, 0, nullptr}};
