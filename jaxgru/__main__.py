@@ -132,9 +132,12 @@ def _build_native(args: argparse.Namespace) -> int:
 
     root = pathlib.Path(args.source).resolve() if args.source else pathlib.Path(__file__).resolve().parents[1]
     cmake = shutil.which("cmake")
-    if not (root / "CMakeLists.txt").is_file() or cmake is None:
-        print("python -m jaxgru build-native needs a source checkout (CMakeLists.txt) and cmake on PATH; "
-              f"--source: looked in {root}.", file=sys.stderr)
+    if cmake is None:
+        print("python -m jaxgru build-native needs cmake on PATH.", file=sys.stderr)
+        return 2
+    if not (root / "CMakeLists.txt").is_file():
+        print("python -m jaxgru build-native: --source (default: the checkout jaxgru is imported from) must be a "
+              f"source checkout, a folder with CMakeLists.txt; got {str(root)!r}.", file=sys.stderr)
         return 2
     dest = pathlib.Path(args.dest) if args.dest else root / "jaxgru"
     if not dest.is_dir():
