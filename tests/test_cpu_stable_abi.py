@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import pathlib
 import platform
+import re
 import shutil
 import subprocess
 
 from ci_gate import skip_or_fail
 from native_build import CSRC, cmake_build
 
-LIMITED_API = "-DPy_LIMITED_API=0x030A0000"  # prepare.sh's build: CPython 3.10 and later
+# the flag prepare.sh builds the device runs' extension with, read from it (declared there once)
+_PREPARE = CSRC.parent / "benchmarks" / "gpu" / "prepare.sh"
+_FLAG = re.search(r"-DPy_LIMITED_API=0x[0-9A-Fa-f]{8}\b", _PREPARE.read_text())
+assert _FLAG is not None, f"{_PREPARE} no longer builds with -DPy_LIMITED_API=0x........"
+LIMITED_API = _FLAG.group(0)
 
 
 def _syntax_check(source: pathlib.Path) -> subprocess.CompletedProcess[str]:
