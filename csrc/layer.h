@@ -72,7 +72,7 @@ struct Layer {
   // the projection reads W's rows
   bool r_rows = false, w_rows = false;
   int64_t chunk = 1;  // steps per input-projection chunk
-  int64_t ring = 1;   // chunks of projections held at once: chunk c in slot c % ring (pipelined calls: 3)
+  int64_t ring = 1;   // chunks of projections held at once: chunk c in slot c % ring (pipelined calls: ~4 MiB)
   // operands (time-major, float32) and results
   const float *x = nullptr, *w = nullptr, *r = nullptr, *b = nullptr, *p = nullptr;
   const float *h0 = nullptr, *c0 = nullptr;

@@ -523,21 +523,25 @@ def test_inference_groups_of_one_tile_where_two_would_leave_threads_idle(monkeyp
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
 def test_pipelined_projections_match_xla(monkeypatch, cell, opts, direction):
     """One chain on two threads whose steps are larger than probing's (N = 16, H = 56: 301-401
-    kFLOP a step) over 90 steps, five or six chunks of projections (21 or 16 steps): the helper
-    projects ahead into a ring of three slots, so the chunks from the fourth on reuse slots (csrc
-    work_pipelined). Ragged lengths include 0, the full length and ends on both sides of the
-    chunks' boundaries; the forward equals xla's (onnxruntime's Y_h of a length-0 sequence is 0,
-    not the initial state: semantics.md) and ran pipelined."""
+    kFLOP a step) over 1000 steps, 48 or 63 chunks of projections (21 or 16 steps, ~256 KiB): the
+    helper projects ahead into a ring of 16 slots (~4 MiB), so the chunks from the 17th on reuse
+    slots (csrc work_pipelined), and the call counts that (wrapped_rings). With I = 2 a chunk's
+    projection is far cheaper than its steps, so the helper reaches the ring's end and must wait
+    for each slot's steps: a control build whose helper did not wait failed all six, three runs
+    out of three. Ragged lengths include 0, the full length and ends on both sides of the chunks'
+    boundaries, before and after the ring wraps; the forward equals xla's (onnxruntime's Y_h of a
+    length-0 sequence is 0, not the initial state: semantics.md) and ran pipelined."""
     monkeypatch.setenv(native.THREADS_ENV, "2")
-    lens = [90, 0, 16, 17, 21, 22, 32, 33, 42, 43, 48, 63, 64, 84, 85, 1]
-    # weights of ~1/sqrt(H): at 0.5, 90 steps are chaotic and xla's rounding and ours grow apart
-    case = random_case(np.random.default_rng(31), cell, L=90, N=16, I=24, H=56, direction=direction,
+    lens = [1000, 0, 16, 17, 21, 22, 255, 256, 257, 336, 337, 352, 500, 777, 999, 1]
+    # weights of ~1/sqrt(H): at 0.5, long sequences are chaotic and xla's rounding and ours grow apart
+    case = random_case(np.random.default_rng(31), cell, L=1000, N=16, I=2, H=56, direction=direction,
                        h0=True, lens=lens, scale=0.1, **opts)
     mod, _ = native._module()
     jax.clear_caches()  # the threads are read when a call is lowered
-    before = mod.pipelined_calls()
+    before, wrapped = mod.pipelined_calls(), mod.wrapped_rings()
     _check(case, ort=False)
     assert mod.pipelined_calls() > before
+    assert mod.wrapped_rings() > wrapped
 
 
 @pytest.mark.parametrize("wrong", [None, "gy", "dgh", "y", "res", "sums", "dr"])
