@@ -132,6 +132,7 @@ struct Layer {
   bool pipelined() const { return ring > 1; }
   // Dir::proj (floats): a step's projections, chunk k in slot k % ring, and step t's place
   int64_t proj_step() const { return N * nb * G * kBlock; }
+  int64_t proj_step_bytes() const { return static_cast<int64_t>(sizeof(float)) * proj_step(); }
   int64_t proj_slot(int64_t k) const { return (k % ring) * chunk * proj_step(); }
   int64_t proj_of_step(int64_t t) const { return proj_slot(t / chunk) + (t % chunk) * proj_step(); }
   // time index that processing step t of direction d reads / writes for batch row n
