@@ -71,8 +71,8 @@ ffi::Error run_and_finish(const std::shared_ptr<Call>& call, ffi::ThreadPool& po
     const float* hf = cotangents ? ly.dir[d].dh[ly.L & 1] : ly.dir[d].h[ly.L & 1];
     const float* cf = cotangents ? ly.dir[d].dc : ly.dir[d].c;
     for (int64_t n = 0; n < ly.N; ++n) {
-      std::memcpy(out_h + (d * ly.N + n) * ly.H, hf + n * ly.Hp, ly.H * sizeof(float));
-      if (out_c) std::memcpy(out_c + (d * ly.N + n) * ly.H, cf + n * ly.Hp, ly.H * sizeof(float));
+      std::memcpy(out_h + (d * ly.N + n) * ly.H, hf + ly.row_at[n], ly.H * sizeof(float));
+      if (out_c) std::memcpy(out_c + (d * ly.N + n) * ly.H, cf + ly.row_at[n], ly.H * sizeof(float));
     }
   }
   return ffi::Error::Success();

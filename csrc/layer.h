@@ -23,6 +23,10 @@ struct Activation {
 };
 
 constexpr int kBlock = 16;  // hidden units per panel / register tile column block
+// Floats (4 KiB) between the last row of a row group and the first of the next in the per-row
+// scratch (Layer::row_at, proj_at): no 4 KiB page then holds two groups' rows, and the cores'
+// prefetchers, which stay within a page, never fetch lines another group's core writes.
+constexpr int64_t kGroupGap = 1024;
 
 // One direction's scratch and constants.
 struct Dir {
@@ -34,7 +38,10 @@ struct Dir {
   float* bx = nullptr;       // [G][Hp]: the bias added to X.W^T (Rb folded in except GRU lbr=1 h)
   float* bh = nullptr;       // [Hp]: GRU lbr=1, Rbh (inside r*(H.Rh^T + Rbh))
   float* peep = nullptr;     // [3][Hp]: LSTM peepholes i, o, f
-  float* proj = nullptr;     // [ring][chunk][nb][N][G][16]: X.W^T + bx, a chunk of steps a slot
+  // X.W^T + bx, a chunk of steps a slot: [ring][group][chunk][nb][group rows][G][16], each
+  // group's part of a slot kGroupGap floats past the one before (Layer::proj_at)
+  float* proj = nullptr;
+  // The per-row buffers, "[N][Hp]": row n's Hp floats at Layer::row_at[n] (groups kGroupGap apart).
   float* h[2] = {nullptr, nullptr};  // [N][Hp] each: the hidden state, double-buffered by step
   float* c = nullptr;        // [N][Hp]: LSTM cell state (tile-local: updated in place)
   float* z = nullptr;        // [N][Hp]: GRU lbr=0, z between the two phases of a step
@@ -130,11 +137,29 @@ struct Layer {
   int64_t chunk_steps(int64_t k) const { return L - k * chunk < chunk ? L - k * chunk : chunk; }
   // whether a helper projects ahead of the steps (a ring of several chunks: work_pipelined)
   bool pipelined() const { return ring > 1; }
-  // Dir::proj (floats): a step's projections, chunk k in slot k % ring, and step t's place
-  int64_t proj_step() const { return N * nb * G * kBlock; }
+  // Dir::proj (floats): one block of a step's projections of a row group, all blocks of the step,
+  // a group's part of a slot (its chunk of steps, and the gap before the next group's), chunk k's
+  // slot (k % ring), and step t's place in its group's part (row n of block j at
+  // j * proj_block() + proj_at[n] from there). One group (every call before plan_threads sets
+  // `groups`, and every pipelined call): [ring][chunk][nb][N][G][16].
+  int64_t proj_block() const { return group_rows_max() * G * kBlock; }
+  int64_t proj_step() const { return nb * proj_block(); }
   int64_t proj_step_bytes() const { return static_cast<int64_t>(sizeof(float)) * proj_step(); }
-  int64_t proj_slot(int64_t k) const { return (k % ring) * chunk * proj_step(); }
+  int64_t proj_group() const { return chunk * proj_step() + (groups > 1 ? kGroupGap : 0); }
+  int64_t proj_slot(int64_t k) const { return (k % ring) * groups * proj_group(); }
   int64_t proj_of_step(int64_t t) const { return proj_slot(t / chunk) + (t % chunk) * proj_step(); }
+  // Where row n's part of the per-row scratch is (Call::row_offsets, filled by prepare): row_at[n]
+  // in the [N][Hp] buffers (Dir::h, c, z, rh, dh, dc, ghz, dah), proj_at[n] in a group's block
+  // of a step's projections (with its group's offset in the slot). Within a group the rows are
+  // consecutive; each group after the first starts kGroupGap floats later. Against rows side by
+  // side (Zen 4, two threads; the LSTM forward at L = 1000, H = 64 in a build that made one group
+  // per core): two groups of 8 rows took 0.90x the time, two groups of one row 0.95-0.96x
+  // (still 1.15x one row's time alone: a quarter of that is Y's rows side by side, XLA's layout;
+  // the rest was not found). The plans' own groups (N = 64, H = 128: two groups of 32 rows): the
+  // LSTM forward 0.89-0.99x, the GRU's 0.99x; the training steps at N = 16 moved within their noise.
+  const int64_t* row_at = nullptr;
+  const int64_t* proj_at = nullptr;
+  int64_t row_floats() const { return N * Hp + (groups - 1) * kGroupGap; }  // one [N][Hp] buffer
   // time index that processing step t of direction d reads / writes for batch row n
   int64_t time_of(int d, int64_t t, int64_t n) const {
     int64_t l = len(n);
