@@ -70,10 +70,8 @@ ffi::Error run_and_finish(const std::shared_ptr<Call>& call, ffi::ThreadPool& po
   for (int d = 0; d < ly.D; ++d) {
     const float* hf = cotangents ? ly.dir[d].dh[ly.L & 1] : ly.dir[d].h[ly.L & 1];
     const float* cf = cotangents ? ly.dir[d].dc : ly.dir[d].c;
-    for (int64_t n = 0; n < ly.N; ++n) {
-      std::memcpy(out_h + (d * ly.N + n) * ly.H, hf + ly.row_at[n], ly.H * sizeof(float));
-      if (out_c) std::memcpy(out_c + (d * ly.N + n) * ly.H, cf + ly.row_at[n], ly.H * sizeof(float));
-    }
+    rows_out(ly, d, hf, out_h);
+    if (out_c) rows_out(ly, d, cf, out_c);
   }
   return ffi::Error::Success();
 }
