@@ -544,6 +544,43 @@ def test_pipelined_projections_match_xla(monkeypatch, cell, opts, direction):
     assert mod.wrapped_rings() > wrapped
 
 
+FUSED_CASES = [  # (cell, options, H, N): one step's projections over 128 KiB
+    ("lstm", {"peep": True}, 256, 40),  # R 1 MiB: one group, its threads meet per step
+    ("lstm", {"input_forget": 1, "clip": 2.0}, 176, 48),  # R 496 KiB: a row group per thread
+    ("gru", {"linear_before_reset": 0}, 192, 60),  # two phases a step (z, r; then h): R 432 KiB
+    ("gru", {"linear_before_reset": 1}, 256, 48),
+]
+
+
+@pytest.mark.parametrize(("cell", "opts", "H", "N"), FUSED_CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(FUSED_CASES)])
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+@pytest.mark.parametrize(("direction", "threads"), [("forward", "2"), ("bidirectional", "1")])
+def test_steps_making_their_own_projections_match_xla(monkeypatch, cell, opts, H, N, isa, direction, threads):
+    """Where a step's projections are a chunk of their own and no helper projects ahead, the steps'
+    units make their own rows' X.W^T + b (csrc plan_threads, Layer::fused): with AVX2's panels of
+    one gate each and AVX-512's of all gates, one thread or two, one row group or two, the GRU's
+    two phases a step; ragged lengths include 0 and end mid-sequence, initial states given. The
+    forward, grad and jvp equal xla's (onnxruntime's Y_h of a length-0 sequence is 0, not the
+    initial state: semantics.md), and the calls ran fused."""
+    mod, _ = native._module()
+    if mod.isa(native.ISAS.index(isa)) != isa:
+        pytest.skip(f"this processor has no {isa}")
+    monkeypatch.setenv(native.ISA_ENV, isa)
+    monkeypatch.setenv(native.THREADS_ENV, threads)
+    lens = np.random.default_rng(N).integers(0, 5, N)
+    lens[:3] = [0, 4, 1]
+    case = random_case(np.random.default_rng(H), cell, L=4, N=N, I=24, H=H, direction=direction, h0=True,
+                       c0=cell == "lstm", lens=lens.tolist(), scale=0.5 * (64 / H) ** 0.5, **opts)
+    jax.clear_caches()  # the ISA and threads are read when a call is lowered
+    before = mod.fused_calls()
+    _check(case, ort=False)
+    assert mod.fused_calls() > before
+    chex.assert_trees_all_close(_grad_y(case, "cpu"), _grad_y(case, "xla"), atol=5e-5, rtol=1e-4)
+    _check_jvp(case, atol=5e-5, rtol=1e-4)
+    assert mod.fused_calls() - before >= 3  # the forward, the forward with residuals (grad, jvp)
+
+
 @pytest.mark.parametrize("wrong", [None, "gy", "dgh", "y", "res", "sums", "dr"])
 def test_backward_target_rejects_operands_and_results_of_the_wrong_size(wrong):
     """The GRU lbr=1 backward reads Y's cotangent and the forward's Y (both [L, D, N, H]) and
