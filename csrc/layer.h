@@ -80,8 +80,8 @@ struct Layer {
   bool r_rows = false, w_rows = false;
   int64_t chunk = 1;  // steps per input-projection chunk
   int64_t ring = 1;   // chunks of projections held at once: chunk c in slot c % ring (pipelined calls: ~4 MiB)
-  // Chunks of one step and no helper projecting ahead (plan_threads): each unit of a step makes
-  // its own rows' X.W^T + bx (run_step_t) and the call has no projection phase nor Dir::proj.
+  // No helper projecting ahead, and 8 rows or more a step or chunks of one step (plan_threads):
+  // each unit of a step makes its own rows' X.W^T + bx (run_step_t); no projection phases, no Dir::proj.
   bool fused = false;
   // operands (time-major, float32) and results
   const float *x = nullptr, *w = nullptr, *r = nullptr, *b = nullptr, *p = nullptr;

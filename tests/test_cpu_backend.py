@@ -544,7 +544,8 @@ def test_pipelined_projections_match_xla(monkeypatch, cell, opts, direction):
     assert mod.wrapped_rings() > wrapped
 
 
-FUSED_CASES = [  # (cell, options, H, N): one step's projections over 128 KiB
+FUSED_CASES = [  # (cell, options, H, N): 8 rows or more a step, or one step's projections over 128 KiB
+    ("lstm", {"peep": True, "input_forget": 1}, 48, 12),  # chunks of several steps
     ("lstm", {"peep": True}, 256, 40),  # R 1 MiB: one group, its threads meet per step
     ("lstm", {"input_forget": 1, "clip": 2.0}, 176, 48),  # R 496 KiB: a row group per thread
     ("gru", {"linear_before_reset": 0}, 192, 60),  # two phases a step (z, r; then h): R 432 KiB
@@ -557,12 +558,13 @@ FUSED_CASES = [  # (cell, options, H, N): one step's projections over 128 KiB
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])
 @pytest.mark.parametrize(("direction", "threads"), [("forward", "2"), ("bidirectional", "1")])
 def test_steps_making_their_own_projections_match_xla(monkeypatch, cell, opts, H, N, isa, direction, threads):
-    """Where a step's projections are a chunk of their own and no helper projects ahead, the steps'
-    units make their own rows' X.W^T + b (csrc plan_threads, Layer::fused): with AVX2's panels of
-    one gate each and AVX-512's of all gates, one thread or two, one row group or two, the GRU's
-    two phases a step; ragged lengths include 0 and end mid-sequence, initial states given. The
-    forward, grad and jvp equal xla's (onnxruntime's Y_h of a length-0 sequence is 0, not the
-    initial state: semantics.md), and the calls ran fused."""
+    """Where no helper projects ahead and a step has 8 rows or more (or its projections are a chunk
+    of their own), the steps' units make their own rows' X.W^T + b (csrc plan_threads,
+    Layer::fused): with AVX2's panels of one gate each and AVX-512's of all gates, chunks of one
+    step or several, one thread or two, one row group or two, the GRU's two phases a step; ragged
+    lengths include 0 and end mid-sequence, initial states given. The forward, grad and jvp equal
+    xla's (onnxruntime's Y_h of a length-0 sequence is 0, not the initial state: semantics.md),
+    and the calls ran fused."""
     mod, _ = native._module()
     if mod.isa(native.ISAS.index(isa)) != isa:
         pytest.skip(f"this processor has no {isa}")
@@ -578,7 +580,9 @@ def test_steps_making_their_own_projections_match_xla(monkeypatch, cell, opts, H
     assert mod.fused_calls() > before
     chex.assert_trees_all_close(_grad_y(case, "cpu"), _grad_y(case, "xla"), atol=5e-5, rtol=1e-4)
     _check_jvp(case, atol=5e-5, rtol=1e-4)
-    assert mod.fused_calls() - before >= 3  # the forward, the forward with residuals (grad, jvp)
+    # the forward, and the forwards with residuals of grad and jvp (on two threads these split the
+    # rows into two groups: at N = 12, groups of 6 rows keep the projection phases)
+    assert mod.fused_calls() - before >= (1 if N < 16 and threads == "2" else 3)
 
 
 @pytest.mark.parametrize("wrong", [None, "gy", "dgh", "y", "res", "sums", "dr"])
@@ -709,7 +713,7 @@ def test_concurrent_calls_from_eight_threads(monkeypatch, direction, shape):
     want = [jaxgru.lstm(params, x, direction=direction, backend="xla") for x in xs]
     mod, _ = native._module()
     before = mod.pipelined_calls()
-    f(params, xs[0])  # compile once
+    jax.block_until_ready(f(params, xs[0]))  # compile once (and wait: dispatch is asynchronous)
     assert (mod.pipelined_calls() > before) == (direction == "forward")
     got: list = [None] * 8
     errors: list = []
