@@ -39,7 +39,8 @@ struct Dir {
   float* bh = nullptr;       // [Hp]: GRU lbr=1, Rbh (inside r*(H.Rh^T + Rbh))
   float* peep = nullptr;     // [3][Hp]: LSTM peepholes i, o, f
   // X.W^T + bx, a chunk of steps a slot: [ring][group][chunk][nb][group rows][G][16], each
-  // group's part of a slot kGroupGap floats past the one before (Layer::proj_at)
+  // group's part of a slot kGroupGap floats past the one before (Layer::proj_at); null where
+  // the steps make their own (Layer::fused)
   float* proj = nullptr;
   // The per-row buffers, "[N][Hp]": row n's Hp floats at Layer::row_at[n] (groups kGroupGap apart).
   float* h[2] = {nullptr, nullptr};  // [N][Hp] each: the hidden state, double-buffered by step
