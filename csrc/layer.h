@@ -170,6 +170,8 @@ struct Layer {
     if (t >= l) return t;  // padding: identity (Y there is zero)
     return dir[d].reversed ? l - 1 - t : t;
   }
+  // row n of X ([L][N][I]) that processing step t of direction d reads
+  const float* x_row(int d, int64_t t, int64_t n) const { return x + (time_of(d, t, n) * N + n) * I; }
   // backward: the hidden state before processing step t < len(n) of direction d, row n: h0 at
   // t = 0, else Y ([L][D][N][H], time order) at the time of step t - 1
   const float* h_before(int d, int64_t t, int64_t n) const {
