@@ -22,6 +22,8 @@ native() { $PY -c "from jaxgru import _jaxgru_cpu" 2>/dev/null; }
 machine() {
     $PY -c "import sys, jax, numpy; print(sys.version.split()[0], 'jax', jax.__version__, 'numpy', numpy.__version__)"
     echo "$(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
+    # the VM hides the model; whether its cores are hyperthreads, and their caches, bear on the threads' plans
+    echo "topology: $(lscpu 2>/dev/null | grep -E '^(Thread|Core|Socket|NUMA node\(s\)|L1d|L2|L3)' | tr -s ' ' | paste -sd ';')"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null
     native || { [ -f .whl/_jaxgru_cpu.abi3.so ] && cp .whl/_jaxgru_cpu.abi3.so jaxgru/; }
     native || step "build the native CPU lowering" timeout 120 $PY -m jaxgru build-native
