@@ -519,24 +519,29 @@ def test_inference_groups_of_one_tile_where_two_would_leave_threads_idle(monkeyp
     assert mod.grouped_calls() > before
 
 
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
 @pytest.mark.parametrize(("cell", "opts"), GROUP_CASES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(GROUP_CASES)])
 @pytest.mark.parametrize(("direction", "threads"), [("forward", "8"), ("bidirectional", "16")])
-def test_inference_groups_per_thread_on_many_threads(monkeypatch, cell, opts, direction, threads):
+def test_inference_groups_per_thread_on_many_threads(monkeypatch, cell, opts, direction, threads, isa):
     """Eight threads a direction (JAXGRU_CPU_THREADS asks for them) and a small R (H = 40): the
     inference forward gives each thread its own row group, down to one row (13 rows: groups of 1
-    and 2 rows, where the rules for fewer threads make at most 6), with ragged lengths from 1 to L
-    and an initial state. Outputs equal onnxruntime's and xla's, the calls counted the plan, and a
-    training call (grad) keeps its own groups and equals xla's. With empty sequences among the
-    rows (one-row groups with no live step), against xla only: onnxruntime's Y_h of an empty
-    sequence differs by design (docs/semantics.md)."""
+    and 2 rows, where the rules for fewer threads make 2 at most with AVX2's and AVX-512's tiles of
+    6-7 rows; x86's generic kernels, tiles of one row, make 8 groups either way), with ragged
+    lengths from 1 to L and an initial state. Outputs equal onnxruntime's and xla's, the calls
+    counted the plan, and a training call (grad) keeps its own groups and equals xla's. With empty
+    sequences among the rows (one-row groups with no live step), against xla only: onnxruntime's
+    Y_h of an empty sequence differs by design (docs/semantics.md)."""
+    mod, _ = native._module()
+    if mod.isa(native.ISAS.index(isa)) != isa:
+        pytest.skip(f"this processor has no {isa}")
+    monkeypatch.setenv(native.ISA_ENV, isa)
     monkeypatch.setenv(native.THREADS_ENV, threads)
     lens = [6, 1, 3, 6, 1, 5, 2, 6, 4, 2, 6, 3, 1]
     case = random_case(np.random.default_rng(23), cell, L=6, N=13, I=5, H=40, direction=direction,
                        h0=True, lens=lens, **opts)
     empty = random_case(np.random.default_rng(24), cell, L=6, N=13, I=5, H=40, direction=direction,
                         h0=True, lens=[0 if i % 4 == 1 else n for i, n in enumerate(lens)], **opts)
-    mod, _ = native._module()
-    jax.clear_caches()  # the threads are read when a call is lowered
+    jax.clear_caches()  # the ISA and threads are read when a call is lowered
     before = mod.thread_group_calls()
     _check(case)
     _check(empty, ort=False)
