@@ -154,6 +154,14 @@ def _host_isas() -> list[str]:
     return [] if mod is None else [isa for isa in ("avx512", "avx2") if mod.isa(native.ISAS.index(isa)) == isa]
 
 
+def _use_isa(monkeypatch, isa: str) -> None:
+    """Calls lowered from now on run the x86 kernel set `isa`; the test skips where this processor
+    does not run it."""
+    if isa not in _host_isas():
+        pytest.skip(f"this processor has no {isa}")
+    monkeypatch.setenv(native.ISA_ENV, isa)
+
+
 @pytest.mark.parametrize("isa", ["generic", *_host_isas()])
 def test_kernel_building_blocks_on_this_processor(tmp_path, isa):
     """tests/native/kernels_check.cc built for each instruction set this processor runs, with
@@ -491,9 +499,7 @@ def test_inference_groups_hold_two_full_tiles(monkeypatch, isa):
     with residuals and the backward (grad) split the rows into 2 groups. Results equal xla's
     either way."""
     mod, _ = native._module()
-    if mod.isa(native.ISAS.index(isa)) != isa:
-        pytest.skip(f"this processor has no {isa}")
-    monkeypatch.setenv(native.ISA_ENV, isa)
+    _use_isa(monkeypatch, isa)
     monkeypatch.setenv(native.THREADS_ENV, "2")
     case = random_case(np.random.default_rng(4), "lstm", L=5, N=16, I=5, H=40, h0=True, c0=True)
     jax.clear_caches()  # the ISA and threads are read when a call is lowered
@@ -532,9 +538,7 @@ def test_inference_groups_per_thread_on_many_threads(monkeypatch, cell, opts, di
     sequences among the rows (one-row groups with no live step), against xla only: onnxruntime's
     Y_h of an empty sequence differs by design (docs/semantics.md)."""
     mod, _ = native._module()
-    if mod.isa(native.ISAS.index(isa)) != isa:
-        pytest.skip(f"this processor has no {isa}")
-    monkeypatch.setenv(native.ISA_ENV, isa)
+    _use_isa(monkeypatch, isa)
     monkeypatch.setenv(native.THREADS_ENV, threads)
     lens = [6, 1, 3, 6, 1, 5, 2, 6, 4, 2, 6, 3, 1]
     case = random_case(np.random.default_rng(23), cell, L=6, N=13, I=5, H=40, direction=direction,
@@ -598,9 +602,7 @@ def test_steps_making_their_own_projections_match_xla(monkeypatch, cell, opts, H
     xla's (onnxruntime's Y_h of a length-0 sequence is 0, not the initial state: semantics.md),
     and the calls ran fused."""
     mod, _ = native._module()
-    if mod.isa(native.ISAS.index(isa)) != isa:
-        pytest.skip(f"this processor has no {isa}")
-    monkeypatch.setenv(native.ISA_ENV, isa)
+    _use_isa(monkeypatch, isa)
     monkeypatch.setenv(native.THREADS_ENV, threads)
     lens = np.random.default_rng(N).integers(0, 5, N)
     lens[:3] = [0, 4, 1]
