@@ -12,7 +12,8 @@
 //   /tmp/tile_rates
 // Built with -mavx512f -mavx512dq instead, it times the AVX-512 kernels' tiles (the LSTM's R x 4
 // and the GRU's R x 3 blocks, and those of the backward) against the same peak, which is a Zen 4
-// core's (each 512-bit FMA runs as two 256-bit halves); a Zen 5 core's is twice that.
+// core's (each 512-bit FMA runs as two 256-bit halves); a Zen 5 core's is twice that, and so is
+// an Intel server core's with two 512-bit FMA units (Sapphire and Emerald Rapids).
 #if defined(__AVX512F__)
 #include "../csrc/kernels_avx512.cc"
 using namespace jaxgru_cpu::avx512;
@@ -66,9 +67,14 @@ void print_fma_peak() {
   constexpr int kFmasPerPass = 2;      // the asm below
   constexpr double kFmaCycles = 4.0;   // an FMA's latency (Zen 3 and 4, Intel since Skylake)
   constexpr double kFlopPerCycle = 2 * 8 * 2;  // two FMA pipes x 8 lanes x (multiply, add)
+  // The chain's operands are zeros, handed to the asm. It read ymm1 and ymm2 as they were left,
+  // subnormals in some lanes: their products were subnormal, and on an Intel Emerald Rapids host
+  // each FMA then took 44-51 ns (a microcode assist; 0.09 GHz printed) instead of 1.4-1.6.
   const double best = best_seconds(5, [] {
+    __m256 acc = _mm256_setzero_ps();
+    const __m256 zero = _mm256_setzero_ps();
     for (long i = 0; i < kPasses; ++i)
-      asm volatile("vfmadd231ps %%ymm1, %%ymm2, %%ymm0\n\tvfmadd231ps %%ymm1, %%ymm2, %%ymm0" ::: "xmm0");
+      asm volatile("vfmadd231ps %1, %1, %0\n\tvfmadd231ps %1, %1, %0" : "+x"(acc) : "x"(zero));
   });
   const double ns = best / (kFmasPerPass * kPasses) * 1e9, ghz = kFmaCycles / ns;
   std::printf("dependent FMA: %.3f ns, so ~%.2f GHz; FMA peak %.1f GFLOP/s\n", ns, ghz, kFlopPerCycle * ghz);
