@@ -420,10 +420,10 @@ PyMethodDef methods[] = {
     {"late_exits", count<&jaxgru_cpu::late_exits>, METH_NOARGS,
      "Threads that left a call after holding up a phase, so far."},
     {"force_probe", force_probe, METH_O,
-     "Tests, benchmarks: probes of small shared steps measure (0), decide 1 (shared) or 2 (alone; both clear the "
-     "kept verdicts), or are off (3)."},
+     "Tests, benchmarks: probes of small shared steps measure (0), decide 1 (shared) or 2 (alone: one thread, or "
+     "a helper projecting ahead; both clear the kept verdicts), or are off (3)."},
     {"costly_meeting_exits", count<&jaxgru_cpu::costly_meeting_exits>, METH_NOARGS,
-     "Helpers that left a call whose steps they shared at no gain, so far."},
+     "Probes that found a call's steps faster unshared (its helper left the call or led it), so far."},
     {"grouped_calls", count<&jaxgru_cpu::grouped_calls>, METH_NOARGS,
      "Calls that ran their rows in more than one group, so far."},
     {"split_products", count<&jaxgru_cpu::split_products>, METH_NOARGS,

@@ -580,6 +580,65 @@ def test_pipelined_projections_match_xla(monkeypatch, cell, opts, direction):
     assert mod.wrapped_rings() > wrapped
 
 
+# (cell, options, L, N, I, H, verdict): forwards whose steps run faster on one core than shared
+# (32-41 kFLOP a step: two threads at most, whatever XLA's pool holds, as probing needs),
+# while a second thread projects their inputs ahead (csrc lead_chunk). force_probe's verdict: None
+# where a step is too small for two threads (no probe: every call leads), 1 ("shared": every call
+# probes afresh, shares its first steps and leads after them), 2 ("alone": the first call probes,
+# the next ones are planned to lead).
+LEAD_CASES = [
+    ("gru", {"linear_before_reset": 1}, 400, 1, 64, 64, None),
+    ("gru", {"linear_before_reset": 0, "direction": "reverse"}, 400, 1, 48, 64, None),  # two phases a step
+    ("lstm", {"peep": True, "input_forget": 1}, 300, 4, 24, 32, 1),
+    ("lstm", {"clip": 2.0, "h0": True, "c0": True}, 300, 4, 24, 32, 2),
+    ("gru", {"linear_before_reset": 1, "direction": "reverse", "h0": True}, 300, 3, 40, 48, 2),
+    # 9.8 MiB of projections: the ring's 4 MiB (2,048 steps) wrap, and with I = 2 the helper
+    # reaches its end and waits for each slot's steps (a control build whose helper did not wait
+    # failed both; at N = 1, H = 64 its helper never got a ring ahead in 5,000 steps)
+    ("lstm", {}, 5000, 4, 2, 32, 2),
+]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) < 2,
+                    reason="a second thread in XLA's pool")
+@pytest.mark.parametrize(("cell", "opts", "L", "N", "I", "H", "verdict"), LEAD_CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(LEAD_CASES)])
+@pytest.mark.parametrize("ragged", [False, True])
+def test_steps_led_by_a_projecting_helper_match_xla(monkeypatch, cell, opts, L, N, I, H, verdict, ragged):
+    """Small steps that one core runs alone while the other projects the inputs ahead of them,
+    chunk by chunk into a ring (csrc lead_chunk, work_pipelined; Layer::lead): planned so, or
+    switched to mid-call by a probe that shared the first steps (Call::leading). Three calls
+    each: the outputs equal xla's and onnxruntime's (where they agree: not with an initial state
+    and a length 0), the gradients (the forward keeping residuals leads too) xla's, every call
+    ran pipelined, and the 5,000 steps wrapped their ring. Ragged lengths include 0, the full
+    length and ends on both sides of the chunks' boundaries."""
+    monkeypatch.delenv(native.THREADS_ENV, raising=False)
+    opts = dict(opts)
+    direction = opts.pop("direction", "forward")
+    h0, c0 = opts.pop("h0", False), opts.pop("c0", False)
+    lens = None
+    if ragged:
+        lens = [L, 0, 15, 17][:N] if N > 1 else [L - 37]
+    case = random_case(np.random.default_rng(L + N), cell, L=L, N=N, I=I, H=H, direction=direction, h0=h0,
+                       c0=c0, lens=lens, scale=0.1, **opts)
+    mod, _ = native._module()
+    jax.clear_caches()  # the threads are read when a call is lowered
+    # onnxruntime's Y_h of a length-0 sequence is 0, not the initial state (semantics.md)
+    ort = L < 1000 and not (ragged and (h0 or c0))
+    try:
+        before, wrapped = mod.pipelined_calls(), mod.wrapped_rings()
+        for i in range(3):
+            if verdict == 1 or (verdict == 2 and i == 0):
+                mod.force_probe(verdict)  # clears the kept verdicts: the next call probes
+            _check(case, ort=ort)
+        assert mod.pipelined_calls() - before == 3
+        assert (mod.wrapped_rings() > wrapped) == (L > 4096)
+        if L < 1000:
+            chex.assert_trees_all_close(_grad_y(case, "cpu"), _grad_y(case, "xla"), atol=1e-4, rtol=1e-4)
+    finally:
+        mod.force_probe(0)
+
+
 FUSED_CASES = [  # (cell, options, H, N): 8 rows or more a step, or one step's projections over 128 KiB
     ("lstm", {"peep": True, "input_forget": 1}, 48, 12),  # chunks of several steps
     ("lstm", {"peep": True}, 256, 40),  # R 1 MiB: one group, its threads meet per step
@@ -731,15 +790,24 @@ def test_scratch_is_kept_between_calls_and_initialised_by_each():
     assert mod.scratch_reuses() - before >= 8  # each cell: 2 NaN calls, the forward, the grad's two
 
 
-@pytest.mark.parametrize(("direction", "shape"), [("bidirectional", (9, 4, 8, 32)), ("forward", (70, 16, 8, 64))],
-                         ids=["bidirectional", "pipelined"])
-def test_concurrent_calls_from_eight_threads(monkeypatch, direction, shape):
+@pytest.mark.parametrize(("direction", "shape", "led"), [("bidirectional", (9, 4, 8, 32), False),
+                                                    ("forward", (70, 16, 8, 64), False),
+                                                    ("forward", (400, 4, 24, 32), True)],
+                         ids=["bidirectional", "pipelined", "led"])
+def test_concurrent_calls_from_eight_threads(monkeypatch, request, direction, shape, led):
     """No state shared between calls: 8 Python threads running one jitted layer at once, a small
     bidirectional one and one whose helper projects ahead into its ring (csrc work_pipelined:
     two threads a call, the pool's tasks start late under the load, and the callers take their
-    share)."""
+    share), and one whose small steps a thread runs alone while its helper projects ahead (the
+    verdict "alone", shared by the calls: lead_chunk)."""
     L, N, I, H = shape
-    monkeypatch.setenv(native.THREADS_ENV, "2")
+    if led:
+        monkeypatch.delenv(native.THREADS_ENV, raising=False)
+        module = native._module()[0]
+        module.force_probe(2)
+        request.addfinalizer(lambda: module.force_probe(0))
+    else:
+        monkeypatch.setenv(native.THREADS_ENV, "2")
     jax.clear_caches()  # the threads are read when a call is lowered
     params = jaxgru.init_lstm(jax.random.key(0), I, H, bidirectional=direction == "bidirectional")
     f = jax.jit(lambda p, x: jaxgru.lstm(p, x, direction=direction, backend="cpu"))
@@ -783,8 +851,9 @@ import jax, numpy as np
 import jaxgru
 from jaxgru._src import native
 
-params = jaxgru.init_lstm(jax.random.key(0), 16, 64)
-x = jax.random.normal(jax.random.key(1), (200, 16 if pipelined else 4, 16))
+I = int(os.environ.get("INPUTS", "16"))
+params = jaxgru.init_lstm(jax.random.key(0), I, 64)
+x = jax.random.normal(jax.random.key(1), (200, 16 if pipelined else 4, I))
 want = [np.asarray(o) for o in jaxgru.lstm(params, x, backend="xla")]
 f = jax.jit(lambda p, x: jaxgru.lstm(p, x, backend="cpu"))
 module, _ = native._module()
@@ -819,18 +888,23 @@ print(json.dumps({"late_exits": module.late_exits() - before, "calls": calls, "m
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2,
                     reason="thread affinity and CPU clocks: Linux, two CPUs")
-@pytest.mark.parametrize("mode", ["two-threads", "probing", "pipelined"])
+@pytest.mark.parametrize("mode", ["two-threads", "probing", "probing-lead", "pipelined"])
 def test_threads_that_lose_their_core_leave_the_call(mode):
     """A thread that loses its core while it holds a unit: the waiter sees from its CPU clock
     that it is not running, marks the phase late, the thread leaves the call after that unit
     (late_exits counts it) and every call still computes the layer. Probing: the calls' small
     steps probe (work_chain), and where the caller leaves while the helper sits steps out, the
-    helper runs the rest (it waited for them forever before). Pipelined (N = 16: the helper
+    helper runs the rest (it waited for them forever before); with I = 2 its projections are too
+    small for the helper to lead. Probing-lead (I = 16): after the steps it shares, the helper
+    leads (it projects ahead of the caller's steps, which no longer leaves a call: csrc
+    Call::leading), and where it leaves, the caller runs the rest. Pipelined (N = 16: the helper
     projects ahead, work_pipelined): whichever thread leaves, the other runs the rest. The waiters
     sleep, and every change they wait for wakes them (lost_wakes counts one that did not: a build
     whose bump never woke anyone counted 2, 18 and 3 in the three modes)."""
     env = {k: v for k, v in os.environ.items() if k != native.THREADS_ENV}
-    env.update({"PROBE": "1"} if mode == "probing" else {native.THREADS_ENV: "2"})
+    env.update({"PROBE": "1"} if mode.startswith("probing") else {native.THREADS_ENV: "2"})
+    if mode == "probing":
+        env["INPUTS"] = "2"
     if mode == "pipelined":
         env["PIPELINED"] = "1"
     out = subprocess.run([sys.executable, "-c", _LOSE_CORE], env=env, capture_output=True, text=True, timeout=300)
@@ -838,15 +912,15 @@ def test_threads_that_lose_their_core_leave_the_call(mode):
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["late_exits"] > 0, report
     assert report["max_err"] < 2e-5, report
-    assert (report["pipelined"] > 0) == (mode == "pipelined"), report
+    assert (report["pipelined"] > 0) == (mode in ("probing-lead", "pipelined")), report
     assert report["sleeps"] > 0 and report["lost_wakes"] == 0, report
 
 
 # Run in a process of its own on two CPUs, so that XLA's pool has two threads and the calls'
 # small steps are shared by two: they probe (work_chain), long enough for a helper that starts
-# late. The forward's (LSTM N = 20, H = 32: 164 kFLOP) projects its input in chunks of 25
-# steps, so its helper joins a projection between steps it sits out; the training step's
-# (N = 4, H = 64) forward and backward each probe.
+# late. The forward (LSTM N = 20, H = 32: 164 kFLOP a step) and the training step's (N = 4,
+# H = 64) forward and backward each probe: the forwards' helpers lead after the steps they
+# share (they project ahead: csrc lead_chunk), the backward's sits steps out and leaves.
 # force_probe fixes the probe's verdict (what it measures depends on the cores' distance at the
 # time) and clears the kept verdicts.
 _PROBE = r"""
@@ -895,7 +969,7 @@ for verdict, name in ((1, "shared"), (2, "alone")):
     while rounds < (5 if verdict == 1 else 50) and last < 3:  # until one round sees all three probes
         last, fresh, pace = probing_round(verdict)
         exits, rounds = exits + last, rounds + 1
-    # Within the verdicts' lifetime calls plan one thread: no helper to leave. Only after a round
+    # Within the verdicts' lifetime calls plan one thread or a leading helper: no probe. Only after a round
     # whose three calls all probed ("alone": all left; on a busy machine a helper may start too
     # late to probe, and the next call would probe instead).
     after = exits_after = 0
@@ -917,10 +991,11 @@ print(json.dumps(report))
                     reason="thread affinity: Linux, two CPUs")
 def test_probe_of_small_shared_steps():
     """A call whose small steps two threads share probes whether they should (work_chain): its
-    helper shares some steps, sits out as many, and leaves the call where alone was not slower.
-    Leaving or staying, the other thread finishes the layer: outputs and gradients as xla
-    computes them (the forward, the forward keeping residuals and the backward each probe), and
-    while an "alone" verdict is fresh, calls plan one thread (no helper left to leave). Those
+    helper shares some steps, then sits out as many (a forward's: leads, projecting ahead of the
+    caller's steps) and leaves the call where alone was not slower. Leaving, leading or staying,
+    the layer is finished: outputs and gradients as xla computes them (the forward, the forward
+    keeping residuals and the backward each probe), and while an "alone" verdict is fresh, calls
+    plan one thread or a leading helper (no probe, no exit). Those
     calls run only within the verdicts' 100 ms and after a round whose calls all probed: on a
     loaded CI machine a call after the probes once probed again (five calls can outlast 100 ms
     there, and a helper that starts too late to probe leaves its verdict unset)."""

@@ -148,6 +148,33 @@ def pipelined_configs(draw):
                                lens=lens, scale=draw(st.sampled_from([0.05, 0.1])))
 
 
+# (cell, N, H): 25-41 kFLOP a step, which the native lowering runs on one core while a second
+# thread projects the inputs ahead (csrc lead_chunk): the GRU's too small a step for two
+# threads, the others probed first (two threads at most, whatever XLA's pool holds)
+LEAD_SHAPES = [("gru", 1, 64), ("lstm", 1, 64), ("lstm", 4, 32), ("gru", 3, 48)]
+LEAD_FLOPS = 3 << 20  # csrc kLeadFlops: the projections' work of a call that leads
+
+
+@st.composite
+def lead_configs(draw):
+    """Random valid one-direction calls whose small steps one thread runs while another projects
+    the inputs ahead of them, into a ring of chunks: the shapes above, I = 24 or 40, and as many
+    steps as make the projections worth it (128-410, plus up to 40). Bounded activations, small
+    weights: over so many steps anything else grows apart by rounding alone."""
+    bounded = lambda c: c.acts is None or all(a.lower() in BOUNDED for a in c.acts)
+    cell, N, H = draw(st.sampled_from(LEAD_SHAPES))
+    cfg = draw(configs(min_length=1).filter(
+        lambda c: c.cell == cell and c.direction != "bidirectional" and bounded(c)))
+    I = draw(st.sampled_from([24, 40]))
+    G = 3 if cell == "gru" else 4
+    L = -(-LEAD_FLOPS // (2 * N * G * H * I)) + draw(st.integers(0, 40))
+    lens = None
+    if cfg.lens is not None:
+        lens = tuple(draw(st.lists(st.sampled_from([0, L, 1, 15, 16, 17, 21, *range(L + 1)]), min_size=N,
+                                   max_size=N)))
+    return dataclasses.replace(cfg, L=L, N=N, I=I, H=H, lens=lens, scale=draw(st.sampled_from([0.05, 0.1])))
+
+
 def build_case(cfg: Config) -> tuple[Case, Case]:
     """(case in cfg.dtype for jaxgru, the same values in float32 for onnxruntime), layout 0."""
     rng = np.random.default_rng(cfg.seed)
@@ -332,16 +359,31 @@ def test_fuzz_cpu_matches_xla_and_onnxruntime(cfg):
 
 
 @contextlib.contextmanager
-def cpu_threads(n: int):
-    """The native lowering's calls on n threads (JAXGRU_CPU_THREADS, read when a call is lowered).
-    A context, not the monkeypatch fixture: hypothesis runs many examples in one test call."""
+def cpu_threads(n: int | None):
+    """The native lowering's calls on n threads (JAXGRU_CPU_THREADS, read when a call is lowered;
+    None: its own choice). A context, not the monkeypatch fixture: hypothesis runs many examples
+    in one test call."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(native.THREADS_ENV, str(n))
+        if n is None:
+            mp.delenv(native.THREADS_ENV, raising=False)
+        else:
+            mp.setenv(native.THREADS_ENV, str(n))
         jax.clear_caches()
         try:
             yield native._module()[0]
         finally:
             jax.clear_caches()
+
+
+def _agree_and_match_one_thread(case: Case, cfg: Config, want, xla, cpu, how: str) -> None:
+    """The native outputs `cpu` against onnxruntime's (`want`) and xla's, and bit for bit against
+    the same call on one thread (a unit's arithmetic does not depend on which thread runs it)."""
+    with cpu_threads(1):
+        one = run(case, cfg, "cpu")
+    for i, (w, x, g, o) in enumerate(zip(want, xla, cpu, one, strict=True)):
+        assert_agree(g, w, cfg.dtype, f"cpu output {i} vs onnxruntime, {cfg}")
+        assert_agree(g, x, cfg.dtype, f"cpu output {i} vs xla, {cfg}")
+        np.testing.assert_array_equal(g, o, err_msg=f"cpu output {i}, {how} vs one thread, {cfg}")
 
 
 @pytest.mark.native
@@ -359,12 +401,31 @@ def test_fuzz_cpu_pipelined_matches_xla_and_onnxruntime(cfg):
         before = module.pipelined_calls()
         cpu = run(case, cfg, "cpu")
         assert module.pipelined_calls() > before, cfg
-    with cpu_threads(1):
-        one = run(case, cfg, "cpu")
-    for i, (w, x, g, o) in enumerate(zip(want, xla, cpu, one, strict=True)):
-        assert_agree(g, w, cfg.dtype, f"cpu output {i} vs onnxruntime, {cfg}")
-        assert_agree(g, x, cfg.dtype, f"cpu output {i} vs xla, {cfg}")
-        np.testing.assert_array_equal(g, o, err_msg=f"cpu output {i}, pipelined vs one thread, {cfg}")
+    _agree_and_match_one_thread(case, cfg, want, xla, cpu, "pipelined")
+
+
+@pytest.mark.native
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) < 2,
+                    reason="a second thread in XLA's pool")
+@settings(max_examples=examples(10), **FUZZ)
+@given(cfg=lead_configs(), verdict=st.sampled_from([0, 1, 2]))
+def test_fuzz_cpu_led_steps_match_xla_and_onnxruntime(cfg, verdict):
+    """The native lowering where one thread runs the small steps while another projects ahead of
+    them (csrc lead_chunk, work_pipelined), planned so or after a probe (any verdict: the probing
+    call leads after the steps it shares), every option and storage type: against onnxruntime
+    and the xla reference, and bit for bit against the same lowering on one thread."""
+    case, c32 = build_case(cfg)
+    want = expected(cfg, c32)
+    xla = run(case, cfg, "xla")
+    with cpu_threads(None) as module:
+        module.force_probe(verdict)  # clears the kept verdicts: a call in the probes' range probes
+        try:
+            before = module.pipelined_calls()
+            cpu = run(case, cfg, "cpu")
+            assert module.pipelined_calls() > before, cfg
+        finally:
+            module.force_probe(0)
+    _agree_and_match_one_thread(case, cfg, want, xla, cpu, "led")
 
 
 @pytest.mark.wgsl
