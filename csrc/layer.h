@@ -81,10 +81,6 @@ struct Layer {
   bool r_rows = false, w_rows = false;
   int64_t chunk = 1;  // steps per input-projection chunk
   int64_t ring = 1;   // chunks of projections held at once: chunk c in slot c % ring (pipelined calls: ~4 MiB)
-  // a pipelined call whose helper only projects (small steps that run faster on one core: a
-  // probe's verdict, or too small for two threads; plan_threads, lead_chunk): the caller runs
-  // every step alone, without claims
-  bool lead = false;
   // No helper projecting ahead, and 8 rows or more a step or chunks of one step (plan_threads):
   // each unit of a step makes its own rows' X.W^T + bx (run_step_t); no projection phases, no Dir::proj.
   bool fused = false;

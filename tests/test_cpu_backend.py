@@ -606,7 +606,7 @@ LEAD_CASES = [
 @pytest.mark.parametrize("ragged", [False, True])
 def test_steps_led_by_a_projecting_helper_match_xla(monkeypatch, cell, opts, L, N, I, H, verdict, ragged):
     """Small steps that one core runs alone while the other projects the inputs ahead of them,
-    chunk by chunk into a ring (csrc lead_chunk, work_pipelined; Layer::lead): planned so, or
+    chunk by chunk into a ring (csrc lead_chunk, work_pipelined; Call::leading): planned so, or
     switched to mid-call by a probe that shared the first steps (Call::leading). Three calls
     each: the outputs equal xla's and onnxruntime's (where they agree: not with an initial state
     and a length 0), the gradients (the forward keeping residuals leads too) xla's, every call
