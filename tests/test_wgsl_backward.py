@@ -257,7 +257,7 @@ def test_projected_gradients_match_xla(name, opts):
     loss, params, x, st = _proj_problem(name, **opts)
     want = _proj_grads(loss, params, x, st, "xla")
     counters.reset_counters()
-    got = _proj_grads(loss, params, x, st, "wgsl")
+    got = jax.block_until_ready(_proj_grads(loss, params, x, st, "wgsl"))  # counted once it ran
     c = counters.counters()["backward"]
     assert c["calls"] == 1 and c["submits"] == 1  # the backward ran on the device, one submit
     # two kernels per step (as without a projection), then dW, dR, the two db, dx, d proj (and dP)
@@ -296,7 +296,7 @@ def test_projected_float16_and_ensemble():
     ens = jax.tree.map(lambda a: jnp.stack([a, -0.5 * a]), params)
     grad = lambda be: jax.jit(jax.vmap(jax.grad(lambda p: loss(p, x, st, be))))
     counters.reset_counters()
-    got = grad("wgsl")(ens)
+    got = jax.block_until_ready(grad("wgsl")(ens))
     assert counters.counters()["backward"]["calls"] == 1
     _close(got, grad("xla")(ens), **F32)
 
@@ -441,7 +441,7 @@ def test_projected_batch_chunks_match_xla(P):
     with runtime.limit_override(max_storage_buffer_binding_size=limit):
         assert plan.batch_chunks(geo, runtime.runtime().plan_limits()) == ((0, 2), (2, 4))  # balanced
         counters.reset_counters()
-        got = _proj_grads(loss, params, x, st, "wgsl")
+        got = jax.block_until_ready(_proj_grads(loss, params, x, st, "wgsl"))
         c = counters.counters()["backward"]
     # two jobs: 2 kernels per step each, their GEMMs (dW, dR, 2 db, dx, dproj, dP) each; one submit
     assert (c["calls"], c["submits"]) == (1, 1) and c["dispatches"] == 2 * (2 * 5 + 7)
