@@ -101,7 +101,8 @@ struct Layer {
   int rows_bwd = 1;  // rows per tile of the elementwise phase (dsum's row tiles)
   // The backward's dH = dG . R (kBwdMat): its reduction runs over mat_k() rows of R (LSTM: G*H;
   // GRU: the z, r rows, and lbr=1 the h rows too, paired with dgh), split into `kparts` parts, one
-  // phase each (plan_bwd_product); its panels hold rt_blocks blocks per row (2: pairs).
+  // phase each (plan_bwd_product); its panels hold rt_blocks blocks per row (2: pairs), and its
+  // units, as dR's (run_bwd_rgrad), make that many blocks.
   int64_t rt_blocks = 1;
   int64_t kparts = 1;
   int64_t mat_k() const { return cell == 1 ? G * H : (lbr ? 3 * H : 2 * H); }
@@ -263,7 +264,7 @@ struct Kernels {
   int rows_proj;           // rows (batch x step) per input-projection tile
   int rows_step[2][2];     // [cell][phase] rows per recurrence tile (GRU lbr=0 has 2 phases)
   int rows_bwd;            // rows per backward matmul tile (of bwd_blocks 16-unit blocks)
-  int bwd_blocks;          // blocks per tile of the backward's dH = dG . R, 1 or 2 (Layer::rt_blocks)
+  int bwd_blocks;          // blocks per tile of the backward's dH = dG . R and dR, 1 or 2 (Layer::rt_blocks)
   int group_tiles;         // full step tiles a row group of the inference forward holds at least
   // Run unit `unit` of phase (kind, arg) of direction d, row group `group`. `rows` is the
   // tile's row count.
