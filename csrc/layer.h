@@ -74,6 +74,9 @@ struct Layer {
   int64_t nb = 0;   // blocks of kBlock hidden units
   int K = 0;        // residual blocks of H per step (0: no residuals)
   bool lbr = false, input_forget = false, peepholes = false, ragged = false;
+  // The GRU at linear_before_reset=0: its h gate's product takes r * H_prev, so each step (forward,
+  // tangent, backward) runs as two phases, and R's z, r rows pack apart from its h rows
+  bool gru0() const { return cell == 0 && !lbr; }
   float clip = 0.f;  // <= 0: no clip
   // forward, H a multiple of kBlock, and N = 1 with L < kRowsMaxSteps or L * N <= kFewRows: the
   // steps read R's rows (gemv_rows), unpacked; with L * N <= kFewRows and I a multiple of kBlock,
