@@ -436,6 +436,8 @@ PyMethodDef methods[] = {
      "Calls whose steps made their own input projections (no projection phase), so far."},
     {"thread_group_calls", count<&jaxgru_cpu::thread_group_calls>, METH_NOARGS,
      "Inference calls that gave each of many threads its own row group, so far."},
+    {"wide_step_calls", count<&jaxgru_cpu::wide_step_calls>, METH_NOARGS,
+     "Calls whose steps each ran as one unit of all their blocks, so far."},
     {"sleeps", count<&jaxgru_cpu::sleeps>, METH_NOARGS, "Waits of a call's threads that slept, so far."},
     {"lost_wakes", count<&jaxgru_cpu::lost_wakes>, METH_NOARGS,
      "Sleeps whose awaited change came without its wake, so far (a broken wake: always 0)."},

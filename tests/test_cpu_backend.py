@@ -639,6 +639,51 @@ def test_steps_led_by_a_projecting_helper_match_xla(monkeypatch, cell, opts, L, 
         mod.force_probe(0)
 
 
+# (cell, options, L, H, threads): batch-1 forwards whose steps one thread runs alone, each step one
+# unit of all its blocks (csrc plan_threads, run_step_wide). threads None: XLA's pool, steps too
+# small for two threads: the caller runs them while a helper projects ahead (a planned lead).
+WIDE_CASES = [
+    ("gru", {"linear_before_reset": 1}, 40, 64, "1"),
+    ("gru", {"linear_before_reset": 0, "direction": "reverse", "h0": True}, 30, 200, "1"),  # 13 blocks, the last of 8
+    # two passes of 8 blocks (the LSTM's 4 gates x 8 blocks fill the accumulators); clip: the general activations
+    ("lstm", {"peep": True, "input_forget": 1, "clip": 1.5, "c0": True}, 25, 200, "1"),
+    # 9 steps: R's rows, unpacked (Layer::r_rows); both directions on one thread
+    ("lstm", {"direction": "bidirectional", "activations": ["HardSigmoid", "Softsign", "Elu"] * 2,
+              "activation_alpha": [0.3, 0.9] * 2, "activation_beta": [0.45] * 2}, 9, 48, "1"),
+    ("gru", {"linear_before_reset": 1}, 400, 64, None),
+]
+
+
+@pytest.mark.parametrize(("cell", "opts", "L", "H", "threads"), WIDE_CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(WIDE_CASES)])
+@pytest.mark.parametrize("ragged", [False, True])
+def test_batch1_steps_as_units_of_all_blocks_match_xla(monkeypatch, cell, opts, L, H, threads, ragged):
+    """At batch 1, where one thread runs the steps alone, a step is one unit of all its blocks: the
+    products of as many blocks as the accumulators hold, then their epilogues (csrc
+    Layer::step_blocks, run_step_wide): with several passes of blocks, a last block of 8 units,
+    the GRU's two phases, the general activations with clip, R's rows read unpacked, both
+    directions, a row that ends mid-sequence. The outputs equal xla's and onnxruntime's, the
+    gradients xla's (the forward keeping residuals runs so too), and the calls ran so."""
+    if threads is None:
+        if len(os.sched_getaffinity(0)) < 2:
+            pytest.skip("a second thread in XLA's pool")
+        monkeypatch.delenv(native.THREADS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(native.THREADS_ENV, threads)
+    opts = dict(opts)
+    direction = opts.pop("direction", "forward")
+    h0, c0 = opts.pop("h0", False), opts.pop("c0", False)
+    case = random_case(np.random.default_rng(L + H), cell, L=L, N=1, I=24, H=H, direction=direction, h0=h0,
+                       c0=c0, lens=[L - 7] if ragged else None, scale=0.1, **opts)
+    mod, _ = native._module()
+    jax.clear_caches()  # the threads are read when a call is lowered
+    before = mod.wide_step_calls()
+    _check(case)
+    assert mod.wide_step_calls() - before == 1
+    chex.assert_trees_all_close(_grad_y(case, "cpu"), _grad_y(case, "xla"), atol=1e-4, rtol=1e-4)
+    assert mod.wide_step_calls() - before == 2
+
+
 FUSED_CASES = [  # (cell, options, H, N): 8 rows or more a step, or one step's projections over 128 KiB
     ("lstm", {"peep": True, "input_forget": 1}, 48, 12),  # chunks of several steps
     ("lstm", {"peep": True}, 256, 40),  # R 1 MiB: one group, its threads meet per step
