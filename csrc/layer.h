@@ -77,6 +77,8 @@ struct Layer {
   // The GRU at linear_before_reset=0: its h gate's product takes r * H_prev, so each step (forward,
   // tangent, backward) runs as two phases, and R's z, r rows pack apart from its h rows
   bool gru0() const { return cell == 0 && !lbr; }
+  // gates of a step phase's panel of R: all G, or GRU lbr=0's z, r (its first phase) and h (its second)
+  int phase_gates(bool first) const { return gru0() ? (first ? 2 : 1) : G; }
   float clip = 0.f;  // <= 0: no clip
   // forward, H a multiple of kBlock, and N = 1 with L < kRowsMaxSteps or L * N <= kFewRows: the
   // steps read R's rows (gemv_rows), unpacked; with L * N <= kFewRows and I a multiple of kBlock,
