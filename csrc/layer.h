@@ -90,7 +90,7 @@ struct Layer {
   // each unit of a step makes its own rows' X.W^T + bx (run_step_t); no projection phases, no Dir::proj.
   bool fused = false;
   // Blocks a unit of a forward step's phase (kStep, kStepB) makes: 1, or all of them where one
-  // thread runs the chain's steps alone and a step's rows fit one tile (plan_threads; run_step_t)
+  // thread runs the steps of a chain of one row alone (plan_threads; run_step_wide)
   int64_t step_blocks = 1;
   // operands (time-major, float32) and results
   const float *x = nullptr, *w = nullptr, *r = nullptr, *b = nullptr, *p = nullptr;
