@@ -408,6 +408,17 @@ PyObject* force_probe(PyObject*, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
+PyObject* force_stall(PyObject*, PyObject* arg) {
+  const long long v = PyLong_AsLongLong(arg);
+  if (v == -1 && PyErr_Occurred()) return nullptr;
+  if (v < -1) {
+    PyErr_Format(PyExc_ValueError, "force_stall: expected a phase (0 or more) or -1 (off); got %lld", v);
+    return nullptr;
+  }
+  jaxgru_cpu::stall_phase.store(v, std::memory_order_relaxed);
+  Py_RETURN_NONE;
+}
+
 PyObject* dr_min_rows(PyObject*, PyObject*) { return PyLong_FromLongLong(jaxgru_cpu::kDrRows); }
 
 PyObject* scratch_reuses(PyObject*, PyObject*) {
@@ -419,6 +430,15 @@ PyMethodDef methods[] = {
     {"isa", isa, METH_O, "The kernels used for a requested ISA (0 best, 1 avx512, 2 avx2, 3 generic)."},
     {"late_exits", count<&jaxgru_cpu::late_exits>, METH_NOARGS,
      "Threads that left a call after holding up a phase, so far."},
+    {"caller_late_exits", count<&jaxgru_cpu::caller_late_exits>, METH_NOARGS,
+     "Of those, the calls' callers (never where a helper leads or may lead), so far."},
+    {"kept_callers", count<&jaxgru_cpu::kept_callers>, METH_NOARGS,
+     "Late phases whose caller stayed in the call (its helper leads or may lead), so far."},
+    {"force_stall", force_stall, METH_O,
+     "Tests: in calls whose probe may lead, the caller stops at the start of this phase (if unfinished) until the "
+     "helper leads, which enters it only then; at most 1 s (-1: off)."},
+    {"led_stalls", count<&jaxgru_cpu::led_stalls>, METH_NOARGS,
+     "force_stall's stops that saw the helper lead, so far."},
     {"force_probe", force_probe, METH_O,
      "Tests, benchmarks: probes of small shared steps measure (0), decide 1 (shared) or 2 (alone: one thread, or "
      "a helper projecting ahead; both clear the kept verdicts), or are off (3)."},

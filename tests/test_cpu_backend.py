@@ -606,8 +606,8 @@ LEAD_CASES = [
 @pytest.mark.parametrize("ragged", [False, True])
 def test_steps_led_by_a_projecting_helper_match_xla(monkeypatch, cell, opts, L, N, I, H, verdict, ragged):
     """Small steps that one core runs alone while the other projects the inputs ahead of them,
-    chunk by chunk into a ring (csrc lead_chunk, work_pipelined; Call::leading): planned so, or
-    switched to mid-call by a probe that shared the first steps (Call::leading). Three calls
+    chunk by chunk into a ring (csrc lead_chunk, work_pipelined; Call::lead_from): planned so, or
+    switched to mid-call by a probe that shared the first steps. Three calls
     each: the outputs equal xla's and onnxruntime's (where they agree: not with an initial state
     and a length 0), the gradients (the forward keeping residuals leads too) xla's, every call
     ran pipelined, and the 5,000 steps wrapped their ring. Ragged lengths include 0, the full
@@ -637,6 +637,35 @@ def test_steps_led_by_a_projecting_helper_match_xla(monkeypatch, cell, opts, L, 
             chex.assert_trees_all_close(_grad_y(case, "cpu"), _grad_y(case, "xla"), atol=1e-4, rtol=1e-4)
     finally:
         mod.force_probe(0)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) < 2,
+                    reason="a second thread in XLA's pool")
+@pytest.mark.parametrize(("cell", "opts", "N", "I", "H"), [("lstm", {"peep": True}, 4, 24, 32),
+                                                         ("gru", {"linear_before_reset": 1}, 3, 40, 48)])
+def test_a_caller_that_finds_its_helper_led_late_runs_no_step_twice(monkeypatch, cell, opts, N, I, H):
+    """A probe's helper that leads switches the caller to running the steps alone from the phase
+    after the steps it shared (csrc Call::lead_from). Here the caller, having found the call's
+    first step unfinished, stops there (force_stall: as one that lost its core there) until its
+    helper has run every step of the probe alone and led: it runs none of them again, and the
+    outputs equal xla's. (Where the switch was a flag, the caller ran that step again, alone: the
+    LSTM's cell state updated twice, the GRU's step from a state steps later; a stress loop of
+    two processes beside two spinning ones met that in 2 calls of 49,415.)"""
+    monkeypatch.delenv(native.THREADS_ENV, raising=False)
+    case = random_case(np.random.default_rng(N + H), cell, L=300, N=N, I=I, H=H, scale=0.1, **opts)
+    mod, _ = native._module()
+    jax.clear_caches()  # the threads are read when a call is lowered
+    stalls, piped = mod.led_stalls(), mod.pipelined_calls()
+    try:
+        for _ in range(3):
+            mod.force_probe(1)  # every call probes afresh, and its helper leads after its steps
+            mod.force_stall(2)  # the packing, the first chunk's projection, then its first step
+            _check(case, ort=False)
+    finally:
+        mod.force_stall(-1)
+        mod.force_probe(0)
+    assert mod.pipelined_calls() - piped == 3
+    assert mod.led_stalls() - stalls == 3  # each call's caller stopped there and saw its helper lead
 
 
 # (cell, options, L, H, threads): batch-1 forwards whose steps one thread runs alone, each step one
@@ -906,6 +935,7 @@ piped = module.pipelined_calls()
 jax.block_until_ready(f(params, x))
 piped = module.pipelined_calls() - piped
 before, sleeps, lost = module.late_exits(), module.sleeps(), module.lost_wakes()
+callers, kept = module.caller_late_exits(), module.kept_callers()
 cpu = min(os.sched_getaffinity(0))
 hog = f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
 hogs = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range(2)]
@@ -916,7 +946,8 @@ for task in os.listdir("/proc/self/task"):
         pass
 err, calls = 0.0, 0
 try:
-    while calls < 1000 and module.late_exits() - before < (5 if probe else 1):
+    # (a probe's helper that leads keeps its caller: there the phases it held up count)
+    while calls < 1000 and module.late_exits() - before + module.kept_callers() - kept < (5 if probe else 1):
         if probe:
             module.force_probe(1)  # a fresh probe in every call
         got = f(params, x)
@@ -926,7 +957,8 @@ finally:
     for h in hogs:
         h.kill()
     module.force_probe(0)
-print(json.dumps({"late_exits": module.late_exits() - before, "calls": calls, "max_err": err, "pipelined": piped,
+print(json.dumps({"late_exits": module.late_exits() - before, "caller_exits": module.caller_late_exits() - callers,
+                  "kept_callers": module.kept_callers() - kept, "calls": calls, "max_err": err, "pipelined": piped,
                   "sleeps": module.sleeps() - sleeps, "lost_wakes": module.lost_wakes() - lost}))
 """
 
@@ -941,8 +973,9 @@ def test_threads_that_lose_their_core_leave_the_call(mode):
     steps probe (work_chain), and where the caller leaves while the helper sits steps out, the
     helper runs the rest (it waited for them forever before); with I = 2 its projections are too
     small for the helper to lead. Probing-lead (I = 16): after the steps it shares, the helper
-    leads (it projects ahead of the caller's steps, which no longer leaves a call: csrc
-    Call::leading), and where it leaves, the caller runs the rest. Pipelined (N = 16: the helper
+    leads (it projects ahead of the caller's steps), and the caller of such a call stays in it
+    where it held a phase up (kept_callers counts it; csrc Call::may_lead: a caller that left
+    where it had read the switch late hung the call). Pipelined (N = 16: the helper
     projects ahead, work_pipelined): whichever thread leaves, the other runs the rest. The waiters
     sleep, and every change they wait for wakes them (lost_wakes counts one that did not: a build
     whose bump never woke anyone counted 2, 18 and 3 in the three modes)."""
@@ -955,7 +988,10 @@ def test_threads_that_lose_their_core_leave_the_call(mode):
     out = subprocess.run([sys.executable, "-c", _LOSE_CORE], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
-    assert report["late_exits"] > 0, report
+    if mode == "probing-lead":  # the caller held up phases and stayed
+        assert report["kept_callers"] > 0 and report["caller_exits"] == 0, report
+    else:
+        assert report["late_exits"] > 0, report
     assert report["max_err"] < 2e-5, report
     assert (report["pipelined"] > 0) == (mode in ("probing-lead", "pipelined")), report
     assert report["sleeps"] > 0 and report["lost_wakes"] == 0, report
