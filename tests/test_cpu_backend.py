@@ -668,6 +668,21 @@ def test_a_caller_that_finds_its_helper_led_late_runs_no_step_twice(monkeypatch,
     assert mod.led_stalls() - stalls == 3  # each call's caller stopped there and saw its helper lead
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) < 2,
+                    reason="a second thread in XLA's pool")
+def test_the_led_stress_loop_runs_and_finds_no_wrong_call():
+    """benchmarks/cpu_led_stress.py, the loop that showed the led calls' race (a step run twice, a
+    call that hung: performance_notes.md, 2026-12-06), in a short run beside a spinning process:
+    each verdict's loop makes calls, none wrong, none hung, and it exits 0."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpu_led_stress.py"), "--seconds", "3",
+                          "--spinners", "1"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    for verdict in ("shared", "alone"):
+        line = next(x for x in out.stdout.splitlines() if x.startswith(f"{verdict}:"))
+        m = re.fullmatch(rf"{verdict}: (\d+) calls, (.*)", line)
+        assert m and int(m[1]) > 0 and m[2] == "0 wrong, no hang", line
+
+
 # (cell, options, L, H, threads): batch-1 forwards whose steps one thread runs alone, each step one
 # unit of all its blocks (csrc plan_threads, run_step_wide). threads None: XLA's pool, steps too
 # small for two threads: the caller runs them while a helper projects ahead (a planned lead).
