@@ -8,9 +8,10 @@ the calls' threads lose their cores at any point.
 
 Verdicts (force_probe): "shared", every call probes afresh and its helper leads after the steps it
 shares; "alone", one call in three probes and the others are planned to lead. Prints, per loop, the
-calls made, those whose outputs differed from xla's and whether it hung (no call ended for 30 s:
-the loop is then killed). Exit status 1 where any call was wrong or any loop hung. Linux or macOS;
-two cores or more (a second thread in XLA's pool).
+calls made, those whose outputs differed from xla's and how it ended: "no hang", "hung" (no call
+ended for 30 s: the loop is then killed) or "exited with" an error's status. Exit status 1 where
+any call was wrong or any loop did not end well. Linux or macOS; two cores or more (a second
+thread in XLA's pool).
 """
 
 from __future__ import annotations
@@ -88,9 +89,10 @@ def main() -> int:
     for t in readers:
         t.join()
     bad = False
-    for v in verdicts:
-        print(f"{v}: {last[v]['calls']} calls, {last[v]['wrong']} wrong, {'hung' if hung[v] else 'no hang'}")
-        bad |= last[v]["wrong"] > 0 or hung[v]
+    for v, proc in loops.items():
+        ended = "hung" if hung[v] else "no hang" if proc.returncode == 0 else f"exited with {proc.returncode}"
+        print(f"{v}: {last[v]['calls']} calls, {last[v]['wrong']} wrong, {ended}")
+        bad |= last[v]["wrong"] > 0 or ended != "no hang"
     return int(bad)
 
 
