@@ -27,6 +27,10 @@ from jaxgru._src.options import make_config
 
 pytestmark = pytest.mark.native
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# calls whose steps two threads share, probe or lead: a second thread in XLA's pool
+needs_two_cpus = pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) < 2,
+    reason="a second thread in XLA's pool")
 
 
 def _outs(case, layout=0, **kw):
@@ -599,8 +603,7 @@ LEAD_CASES = [
 ]
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) < 2,
-                    reason="a second thread in XLA's pool")
+@needs_two_cpus
 @pytest.mark.parametrize(("cell", "opts", "L", "N", "I", "H", "verdict"), LEAD_CASES,
                          ids=[f"{c[0]}-{i}" for i, c in enumerate(LEAD_CASES)])
 @pytest.mark.parametrize("ragged", [False, True])
@@ -639,8 +642,7 @@ def test_steps_led_by_a_projecting_helper_match_xla(monkeypatch, cell, opts, L, 
         mod.force_probe(0)
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) < 2,
-                    reason="a second thread in XLA's pool")
+@needs_two_cpus
 @pytest.mark.parametrize(("cell", "opts", "N", "I", "H"), [("lstm", {"peep": True}, 4, 24, 32),
                                                          ("gru", {"linear_before_reset": 1}, 3, 40, 48)])
 def test_a_caller_that_finds_its_helper_led_late_runs_no_step_twice(monkeypatch, cell, opts, N, I, H):
@@ -668,8 +670,7 @@ def test_a_caller_that_finds_its_helper_led_late_runs_no_step_twice(monkeypatch,
     assert mod.led_stalls() - stalls == 3  # each call's caller stopped there and saw its helper lead
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) < 2,
-                    reason="a second thread in XLA's pool")
+@needs_two_cpus
 def test_the_led_stress_loop_runs_and_finds_no_wrong_call():
     """benchmarks/cpu_led_stress.py, the loop that showed the led calls' race (a step run twice, a
     call that hung: performance_notes.md, 2026-12-06), in a short run beside a spinning process:
